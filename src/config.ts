@@ -1,0 +1,78 @@
+import { isIP } from 'node:net'
+
+/** Everything the server reads from its environment, parsed once at start. */
+export interface Config {
+  /** TCP port to listen on. Default 8080; 0 picks a free port. */
+  port: number
+  /** Address to listen on. Default 127.0.0.1 (loopback only). */
+  host: string
+  /** A postgres:// URL, or a SQLite file path. Default ./data/plantstore.db. */
+  databaseUrl: string
+  /** pino level: fatal, error, warn, info, debug, trace or silent. Default info. */
+  logLevel: string
+  /** Requests per token per minute; 0 turns the limit off. Default 60000. */
+  rateLimitPerMinute: number
+}
+
+/** A configuration value that cannot be used: the message is the one line shown at start. */
+export class ConfigError extends Error {}
+
+const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']
+
+function integer (name: string, text: string, min: number, max: number): number {
+  if (!/^\d+$/.test(text) || Number(text) < min || Number(text) > max) {
+    throw new ConfigError(`${name} must be a whole number from ${min} to ${max}, not "${text}".`)
+  }
+  return Number(text)
+}
+
+/** One row per setting: the environment variable, its default, and how its text is read. */
+const table = {
+  port: { env: 'PORT', fallback: '8080', parse: (t: string) => integer('PORT', t, 0, 65535) },
+  host: {
+    env: 'HOST',
+    fallback: '127.0.0.1',
+    parse: (t: string) => {
+      if (t === '' || /\s/.test(t) || (t.includes(':') && isIP(t) === 0)) throw new ConfigError(`HOST must be an address or host name, not "${t}".`)
+      return t
+    }
+  },
+  databaseUrl: {
+    env: 'DATABASE_URL',
+    fallback: './data/plantstore.db',
+    parse: (t: string) => {
+      if (t === '') throw new ConfigError('DATABASE_URL must be a postgres:// URL or a SQLite file path, not empty.')
+      return t
+    }
+  },
+  logLevel: {
+    env: 'LOG_LEVEL',
+    fallback: 'info',
+    parse: (t: string) => {
+      if (!LOG_LEVELS.includes(t)) throw new ConfigError(`LOG_LEVEL must be one of ${LOG_LEVELS.join(', ')}, not "${t}".`)
+      return t
+    }
+  },
+  rateLimitPerMinute: { env: 'RATE_LIMIT_PER_MINUTE', fallback: '60000', parse: (t: string) => integer('RATE_LIMIT_PER_MINUTE', t, 0, 1e9) }
+} as const
+
+/** The environment variable behind each setting, for help texts and `serve` flags. */
+export const settings = Object.entries(table).map(([key, row]) => ({ key: key as keyof Config, env: row.env, fallback: row.fallback }))
+
+/**
+ * Reads the configuration from `env`, with `overrides` (from command-line flags) taking precedence.
+ * Throws a ConfigError naming the first bad value.
+ */
+export function loadConfig (env: NodeJS.ProcessEnv = process.env, overrides: Partial<Record<keyof Config, string>> = {}): Config {
+  const config: Record<string, unknown> = {}
+  for (const [key, row] of Object.entries(table)) {
+    const text = overrides[key as keyof Config] ?? env[row.env] ?? row.fallback
+    config[key] = row.parse(text)
+  }
+  return config as unknown as Config
+}
+
+/** True when the URL selects the PostgreSQL backend. */
+export function isPostgresUrl (url: string): boolean {
+  return /^postgres(ql)?:\/\//.test(url)
+}

@@ -1,0 +1,28 @@
+import type { FastifyInstance } from 'fastify'
+import { ApiError } from './errors.js'
+
+const WINDOW_MS = 60_000
+
+/**
+ * At most `perMinute` requests per token in each fixed one-minute window; over it, 429 with
+ * Retry-After. Counts live in this process (with several instances, each counts its own).
+ */
+export function installRateLimit (app: FastifyInstance, perMinute: number): void {
+  if (perMinute === 0) return
+  let windowStart = 0
+  let counts = new Map<number, number>()
+  app.addHook('onRequest', async (request) => {
+    if (request.token === undefined) return
+    const now = Date.now()
+    if (now - windowStart >= WINDOW_MS) {
+      windowStart = now - (now % WINDOW_MS)
+      counts = new Map()
+    }
+    const count = (counts.get(request.token.id) ?? 0) + 1
+    counts.set(request.token.id, count)
+    if (count > perMinute) {
+      const retryAfter = Math.ceil((windowStart + WINDOW_MS - now) / 1000)
+      throw new ApiError('rateLimited', undefined, { 'retry-after': String(retryAfter) })
+    }
+  })
+}

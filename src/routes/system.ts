@@ -1,0 +1,20 @@
+import type { FastifyPluginAsync } from 'fastify'
+import { document, route } from '../contract.js'
+import type { Store } from '../store/store.js'
+
+const documentText = JSON.stringify(document)
+
+/** Unauthenticated routes outside the API: the contract and the probes. */
+export const system: FastifyPluginAsync<{ store: Store }> = async (app, { store }) => {
+  app.get('/openapi.json', async (_request, reply) => reply.type('application/json').send(documentText))
+
+  app.route({ ...route('health'), handler: async () => ({ status: 'ok' }) })
+
+  app.route({
+    ...route('ready'),
+    handler: async () => {
+      await store.ping() // throws StoreUnavailableError, answered 503
+      return { status: 'ready' }
+    }
+  })
+}

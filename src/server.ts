@@ -1,0 +1,59 @@
+import { buildApp } from './app.js'
+import type { Config } from './config.js'
+import { openStore } from './store/open.js'
+import { ALL_SCOPES, type Store } from './store/store.js'
+import { digestOf, generateToken } from './tokens.js'
+
+/** On a store without any token, creates one with every scope and returns it, once. */
+async function bootstrapToken (store: Store): Promise<string | undefined> {
+  const token = generateToken()
+  const created = await store.createFirstToken({ name: 'initial', digest: digestOf(token), scopes: ALL_SCOPES })
+  return created === undefined ? undefined : token
+}
+
+function banner (token: string, url: string): string {
+  const rule = '='.repeat(78)
+  return [
+    rule,
+    ' plantstore had no tokens, so it created one with every scope.',
+    ' It is shown only this once: keep it now (only its hash is stored).',
+    '',
+    `   ${token}`,
+    '',
+    ' First request:',
+    `   curl -X POST ${url}/plants -H "Authorization: Bearer ${token}" \\`,
+    '     -H "Content-Type: application/json" -d \'{"id": 1, "name": "Fern", "tag": "shade"}\'',
+    rule,
+    ''
+  ].join('\n')
+}
+
+/** Opens the store, listens, and closes gracefully on SIGTERM or SIGINT (exit 0). */
+export async function serve (config: Config): Promise<void> {
+  const store = openStore(config.databaseUrl)
+  await store.ping()
+  const app = await buildApp({ config, store })
+  const token = await bootstrapToken(store)
+  await app.listen({ port: config.port, host: config.host })
+  const address = app.server.address()
+  const url = typeof address === 'object' && address !== null
+    ? `http://${address.family === 'IPv6' ? `[${address.address}]` : address.address}:${address.port}`
+    : `http://${config.host}:${config.port}`
+  if (token !== undefined) process.stderr.write(banner(token, url))
+
+  const fail = (error: unknown): void => {
+    app.log.error({ err: error }, 'shutdown failed')
+    process.exit(1)
+  }
+  let closing = false
+  const shutdown = async (signal: string): Promise<void> => {
+    if (closing) return
+    closing = true
+    app.log.info({ signal }, 'stopping: no new connections, finishing requests in flight')
+    await app.close() // stops accepting, waits for requests in flight
+    await store.close() // the writer thread commits what it holds
+    process.exit(0)
+  }
+  process.once('SIGTERM', () => { shutdown('SIGTERM').catch(fail) })
+  process.once('SIGINT', () => { shutdown('SIGINT').catch(fail) })
+}

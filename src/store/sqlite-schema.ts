@@ -1,0 +1,60 @@
+import Database from 'better-sqlite3'
+import { readdirSync, readFileSync } from 'node:fs'
+
+const MIGRATIONS_DIR = new URL('./migrations/sqlite/', import.meta.url)
+
+/** The numbered migrations (`001-name.sql`), in order. */
+function migrations (): Array<{ version: number, name: string, sql: string }> {
+  return readdirSync(MIGRATIONS_DIR).filter(file => /^\d+-.+\.sql$/.test(file)).sort().map(file => ({
+    version: Number(file.split('-')[0]),
+    name: file,
+    sql: readFileSync(new URL(file, MIGRATIONS_DIR), 'utf8')
+  }))
+}
+
+/** The schema version a database holds (0 for a new file). */
+function versionOf (db: Database.Database): number {
+  const row = db.prepare('SELECT max(version) AS version FROM schema_version').safeIntegers(false).get() as { version: number | null }
+  return row.version ?? 0
+}
+
+/** Pragmas every connection sets; `synchronous = FULL` makes each commit fsync the WAL. */
+export function configure (db: Database.Database): void {
+  db.pragma('busy_timeout = 5000')
+  db.pragma('synchronous = FULL')
+  db.pragma('foreign_keys = ON')
+  db.defaultSafeIntegers(true)
+}
+
+/**
+ * Creates or upgrades the schema at `path`, each migration in its own transaction. Safe when
+ * several processes start at once: BEGIN IMMEDIATE lets one migrate while the others wait.
+ * Refuses a database from a newer plantstore.
+ */
+export function migrate (path: string): void {
+  const db = new Database(path)
+  try {
+    configure(db)
+    db.pragma('journal_mode = WAL')
+    db.exec('CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)')
+    const known = migrations()
+    const newest = known.at(-1)?.version ?? 0
+    for (const migration of known) {
+      db.exec('BEGIN IMMEDIATE')
+      try {
+        const current = versionOf(db)
+        if (current > newest) throw new Error(`The database schema is version ${current}, newer than this plantstore knows (${newest}); upgrade plantstore.`)
+        if (migration.version > current) {
+          db.exec(migration.sql)
+          db.prepare('INSERT INTO schema_version (version, name, applied_at) VALUES (?, ?, ?)').run(migration.version, migration.name, Date.now())
+        }
+        db.exec('COMMIT')
+      } catch (error) {
+        db.exec('ROLLBACK')
+        throw error
+      }
+    }
+  } finally {
+    db.close()
+  }
+}

@@ -1,0 +1,104 @@
+// The SQLite writer thread: every write goes through here, so that the fsync of a commit never
+// blocks the HTTP event loop, and writes that arrive together share one commit (group commit).
+import Database from 'better-sqlite3'
+import { parentPort, workerData } from 'node:worker_threads'
+import { configure } from './sqlite-schema.js'
+import { rowToPlant, rowToToken, type PlantRow, type TokenRow } from './sqlite-rows.js'
+import type { NewToken, Plant, PlantRecord } from './store.js'
+
+export interface WriteRequest { seq: number, op: keyof typeof operations, args: unknown[] }
+export type WriteResult = { seq: number, ok: true, value: unknown } | { seq: number, ok: false, unavailable: boolean, message: string }
+
+const db = new Database(workerData.path as string)
+configure(db)
+
+const sql = {
+  insertPlant: db.prepare('INSERT INTO plants (id, name, tag) VALUES (?, ?, ?) ON CONFLICT (id) DO NOTHING'),
+  getPlant: db.prepare('SELECT id, name, tag FROM plants WHERE id = ?'),
+  replacePlant: db.prepare('UPDATE plants SET name = ?, tag = ? WHERE id = ? RETURNING id, name, tag'),
+  removePlant: db.prepare('DELETE FROM plants WHERE id = ?'),
+  insertToken: db.prepare('INSERT INTO tokens (name, digest, scopes, created_at, expires_at) VALUES (?, ?, ?, ?, ?) RETURNING *').safeIntegers(false),
+  insertFirstToken: db.prepare('INSERT INTO tokens (name, digest, scopes, created_at, expires_at) SELECT ?, ?, ?, ?, ? WHERE NOT EXISTS (SELECT 1 FROM tokens) RETURNING *').safeIntegers(false),
+  activeTokenByName: db.prepare('SELECT 1 FROM tokens WHERE name = ? AND revoked_at IS NULL'),
+  revokeByName: db.prepare('UPDATE tokens SET revoked_at = ? WHERE name = ? AND revoked_at IS NULL RETURNING *').safeIntegers(false),
+  revokeById: db.prepare('UPDATE tokens SET revoked_at = coalesce(revoked_at, ?) WHERE id = ? RETURNING *').safeIntegers(false)
+}
+
+function tokenParams (token: NewToken): unknown[] {
+  return [token.name, token.digest, token.scopes.join(' '), Date.now(), token.expiresAt?.getTime() ?? null]
+}
+
+const operations = {
+  ping: () => true,
+  create: (plant: PlantRecord) => {
+    if (sql.insertPlant.run(plant.id, plant.name, plant.tag ?? null).changes === 1) return 'created'
+    const stored = rowToPlant(sql.getPlant.get(plant.id) as PlantRow)
+    return stored.name === plant.name && stored.tag === plant.tag ? 'same' : 'conflict'
+  },
+  replace: (id: bigint, plant: Plant) => {
+    const row = sql.replacePlant.get(plant.name, plant.tag ?? null, id) as PlantRow | undefined
+    return row === undefined ? undefined : rowToPlant(row)
+  },
+  remove: (id: bigint) => sql.removePlant.run(id).changes === 1,
+  createToken: (token: NewToken) => {
+    if (sql.activeTokenByName.get(token.name) !== undefined) return 'name-taken'
+    return rowToToken(sql.insertToken.get(...tokenParams(token)) as TokenRow)
+  },
+  createFirstToken: (token: NewToken) => {
+    const row = sql.insertFirstToken.get(...tokenParams(token)) as TokenRow | undefined
+    return row === undefined ? undefined : rowToToken(row)
+  },
+  revokeToken: (nameOrId: string) => {
+    const row = (sql.revokeByName.get(Date.now(), nameOrId) ??
+      (/^\d+$/.test(nameOrId) ? sql.revokeById.get(Date.now(), Number(nameOrId)) : undefined)) as TokenRow | undefined
+    return row === undefined ? undefined : rowToToken(row)
+  }
+}
+
+/** Storage trouble (busy, full, I/O, read-only) rather than a bug: answered 503, not 500. */
+function isUnavailable (error: unknown): boolean {
+  const code = (error as { code?: unknown }).code
+  return typeof code === 'string' && /^SQLITE_(BUSY|LOCKED|FULL|IOERR|READONLY|CANTOPEN|PROTOCOL|NOMEM)/.test(code)
+}
+
+function failure (seq: number, error: unknown): WriteResult {
+  return { seq, ok: false, unavailable: isUnavailable(error), message: error instanceof Error ? error.message : String(error) }
+}
+
+// Each request runs in a savepoint of the batch's transaction: one failing request
+// does not undo the others, and the whole batch costs one commit, so one fsync.
+const runOne = db.transaction((request: WriteRequest) => (operations[request.op] as (...args: unknown[]) => unknown)(...request.args))
+const runBatch = db.transaction((batch: WriteRequest[]): WriteResult[] => batch.map(request => {
+  try {
+    return { seq: request.seq, ok: true, value: runOne(request) }
+  } catch (error) {
+    return failure(request.seq, error)
+  }
+}))
+
+let pending: WriteRequest[] = []
+
+function flush (): void {
+  const batch = pending
+  pending = []
+  let results: WriteResult[]
+  try {
+    results = runBatch(batch)
+  } catch (error) {
+    results = batch.map(request => failure(request.seq, error))
+  }
+  parentPort!.postMessage(results)
+}
+
+// Messages that arrive while a commit is under way queue up; they are all read before the
+// next setImmediate runs, so each flush commits everything that arrived meanwhile.
+parentPort!.on('message', (message: WriteRequest | 'close') => {
+  if (message === 'close') {
+    if (pending.length > 0) flush()
+    db.close()
+    parentPort!.close()
+    return
+  }
+  pending.push(message)
+  if (pending.length === 1) setImmediate(flush)
+})

@@ -1,0 +1,154 @@
+import Database from 'better-sqlite3'
+import { mkdirSync } from 'node:fs'
+import { dirname, extname } from 'node:path'
+import { Worker } from 'node:worker_threads'
+import { StoreUnavailableError } from '../errors.js'
+import { configure, migrate } from './sqlite-schema.js'
+import { rowToPlant, rowToToken, type PlantRow, type TokenRow } from './sqlite-rows.js'
+import type { WriteRequest, WriteResult } from './sqlite-writer.js'
+import type { NewToken, Plant, PlantRecord, Store, TokenRecord } from './store.js'
+
+const WRITER = new URL(`./sqlite-writer${extname(import.meta.url)}`, import.meta.url)
+
+/** Built, the writer is plain JS; from source (tests under tsx), the thread must load tsx itself. */
+function startWriter (path: string): Worker {
+  if (WRITER.pathname.endsWith('.js')) return new Worker(WRITER, { workerData: { path } })
+  const bootstrap = `import('tsx/esm/api').then(tsx => { tsx.register(); return import(${JSON.stringify(WRITER.href)}) })`
+  return new Worker(bootstrap, { eval: true, workerData: { path } })
+}
+
+/**
+ * The embedded store: one SQLite file in WAL mode. Reads run on this thread (a point query
+ * takes microseconds); writes go to a writer thread that fsyncs before answering.
+ */
+export class SqliteStore implements Store {
+  private readonly db: Database.Database
+  private readonly sql
+  private worker?: Worker
+  private readonly waiting = new Map<number, { resolve: (value: unknown) => void, reject: (error: Error) => void }>()
+  private seq = 0
+
+  /** Opens (creating and migrating if needed) the database file at `path`. */
+  constructor (private readonly path: string) {
+    mkdirSync(dirname(path), { recursive: true })
+    migrate(path)
+    this.db = new Database(path, { readonly: true })
+    configure(this.db)
+    this.sql = {
+      getPlant: this.db.prepare('SELECT id, name, tag FROM plants WHERE id = ?'),
+      listFirst: this.db.prepare('SELECT id, name, tag FROM plants ORDER BY id LIMIT ?'),
+      listAfter: this.db.prepare('SELECT id, name, tag FROM plants WHERE id > ? ORDER BY id LIMIT ?'),
+      listTagFirst: this.db.prepare('SELECT id, name, tag FROM plants WHERE tag = ? ORDER BY id LIMIT ?'),
+      listTagAfter: this.db.prepare('SELECT id, name, tag FROM plants WHERE tag = ? AND id > ? ORDER BY id LIMIT ?'),
+      findToken: this.db.prepare('SELECT * FROM tokens WHERE digest = ?').safeIntegers(false),
+      listTokens: this.db.prepare('SELECT * FROM tokens ORDER BY id').safeIntegers(false),
+      ping: this.db.prepare('SELECT 1')
+    }
+  }
+
+  private writer (): Worker {
+    if (this.worker !== undefined) return this.worker
+    const worker = startWriter(this.path)
+    worker.on('message', (results: WriteResult[]) => {
+      for (const result of results) {
+        const waiter = this.waiting.get(result.seq)
+        this.waiting.delete(result.seq)
+        if (result.ok) waiter?.resolve(result.value)
+        else waiter?.reject(result.unavailable ? new StoreUnavailableError(result.message) : new Error(result.message))
+      }
+    })
+    const lost = (error: Error): void => {
+      if (this.worker !== worker) return
+      this.worker = undefined // the next write starts a fresh writer
+      for (const waiter of this.waiting.values()) waiter.reject(new StoreUnavailableError(`SQLite writer stopped: ${error.message}`))
+      this.waiting.clear()
+    }
+    worker.on('error', lost)
+    worker.on('exit', code => lost(new Error(`exit code ${code}`)))
+    this.worker = worker
+    return worker
+  }
+
+  private write<T> (op: WriteRequest['op'], ...args: unknown[]): Promise<T> {
+    const seq = ++this.seq
+    return new Promise<T>((resolve, reject) => {
+      this.waiting.set(seq, { resolve: resolve as (value: unknown) => void, reject })
+      this.writer().postMessage({ seq, op, args } satisfies WriteRequest)
+    })
+  }
+
+  private read<T> (query: () => T): Promise<T> {
+    try {
+      return Promise.resolve(query())
+    } catch (error) {
+      return Promise.reject(new StoreUnavailableError((error as Error).message))
+    }
+  }
+
+  create (plant: PlantRecord): Promise<'created' | 'same' | 'conflict'> {
+    return this.write('create', plant)
+  }
+
+  get (id: bigint): Promise<PlantRecord | undefined> {
+    return this.read(() => {
+      const row = this.sql.getPlant.get(id) as PlantRow | undefined
+      return row === undefined ? undefined : rowToPlant(row)
+    })
+  }
+
+  list ({ limit, after, tag }: { limit: number, after?: bigint, tag?: string }): Promise<PlantRecord[]> {
+    return this.read(() => {
+      const rows = tag === undefined
+        ? (after === undefined ? this.sql.listFirst.all(limit) : this.sql.listAfter.all(after, limit))
+        : (after === undefined ? this.sql.listTagFirst.all(tag, limit) : this.sql.listTagAfter.all(tag, after, limit))
+      return (rows as PlantRow[]).map(rowToPlant)
+    })
+  }
+
+  replace (id: bigint, plant: Plant): Promise<PlantRecord | undefined> {
+    return this.write('replace', id, plant)
+  }
+
+  remove (id: bigint): Promise<boolean> {
+    return this.write('remove', id)
+  }
+
+  createToken (token: NewToken): Promise<TokenRecord | 'name-taken'> {
+    return this.write('createToken', token)
+  }
+
+  createFirstToken (token: NewToken): Promise<TokenRecord | undefined> {
+    return this.write('createFirstToken', token)
+  }
+
+  findToken (digest: Buffer): Promise<{ record: TokenRecord, digest: Buffer } | undefined> {
+    return this.read(() => {
+      const row = this.sql.findToken.get(digest) as (TokenRow & { digest: Buffer }) | undefined
+      return row === undefined ? undefined : { record: rowToToken(row), digest: row.digest }
+    })
+  }
+
+  listTokens (): Promise<TokenRecord[]> {
+    return this.read(() => (this.sql.listTokens.all() as TokenRow[]).map(rowToToken))
+  }
+
+  revokeToken (nameOrId: string): Promise<TokenRecord | undefined> {
+    return this.write('revokeToken', nameOrId)
+  }
+
+  async ping (): Promise<void> {
+    await this.read(() => this.sql.ping.get())
+    await this.write('ping')
+  }
+
+  async close (): Promise<void> {
+    const worker = this.worker
+    this.worker = undefined
+    if (worker !== undefined) {
+      const exited = new Promise(resolve => worker.once('exit', resolve))
+      worker.postMessage('close')
+      await exited
+    }
+    this.db.close()
+  }
+}

@@ -1,0 +1,34 @@
+import { createHash, randomBytes } from 'node:crypto'
+import { ALL_SCOPES, type Scope } from './store/store.js'
+
+/** Tokens read `pst_` + 43 base64url characters: 256 random bits. */
+export const TOKEN_PREFIX = 'pst_'
+const TOKEN_SHAPE = /^pst_[A-Za-z0-9_-]{43}$/
+
+/** A new secret token. It is shown once; only its digest is stored. */
+export function generateToken (): string {
+  return TOKEN_PREFIX + randomBytes(32).toString('base64url')
+}
+
+/** The SHA-256 digest under which a token is stored and looked up. */
+export function digestOf (token: string): Buffer {
+  return createHash('sha256').update(token).digest()
+}
+
+/** True when `text` has the shape of a token; anything else is refused without a lookup. */
+export function looksLikeToken (text: string): boolean {
+  return TOKEN_SHAPE.test(text)
+}
+
+export function isScope (text: string): text is Scope {
+  return (ALL_SCOPES as string[]).includes(text)
+}
+
+const UNITS: Record<string, number> = { s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000, w: 604_800_000 }
+
+/** Parses a lifetime such as `30d`, `12h`, `15m`, `90s` or `2w` into milliseconds; undefined if malformed. */
+export function parseDuration (text: string): number | undefined {
+  const match = /^(\d{1,6})([smhdw])$/.exec(text)
+  if (match === null || Number(match[1]) === 0) return undefined
+  return Number(match[1]) * UNITS[match[2]]
+}
