@@ -10,7 +10,8 @@ export function openStore (databaseUrl: string): Store {
   try {
     return new SqliteStore(databaseUrl)
   } catch (error) {
-    const reason = (error as NodeJS.ErrnoException).code === 'EACCES' || (error as NodeJS.ErrnoException).code === 'SQLITE_CANTOPEN'
+    const code = (error as NodeJS.ErrnoException).code ?? ''
+    const reason = ['EACCES', 'EPERM', 'EROFS', 'ENOTDIR', 'SQLITE_CANTOPEN', 'SQLITE_READONLY'].includes(code)
       ? 'the directory is not writable or the file cannot be created'
       : (error as Error).message
     throw new ConfigError(`Cannot open the database at ${databaseUrl}: ${reason}.`)

@@ -1,0 +1,93 @@
+import assert from 'node:assert/strict'
+import { spawnSync } from 'node:child_process'
+import { chmodSync, mkdirSync, writeFileSync } from 'node:fs'
+import { connect } from 'node:net'
+import { join } from 'node:path'
+import { test } from 'node:test'
+import { call, MAIN, startServer, tempDir } from '../helpers.js'
+
+test('GET /healthz and /readyz answer without a token', async (t) => {
+  const server = await startServer(t)
+  assert.deepEqual((await call(server, 'GET', '/healthz', { token: null })).body, { status: 'ok' })
+  assert.deepEqual((await call(server, 'GET', '/readyz', { token: null })).body, { status: 'ready' })
+})
+
+test('one JSON log line per request, with method, route, status, duration and request id, never a token', async (t) => {
+  const server = await startServer(t)
+  await call(server, 'POST', '/plants', { body: { id: 1, name: 'Fern' } })
+  await call(server, 'GET', '/plants/1')
+  await call(server, 'GET', '/plants/1', { token: 'pst_' + 'x'.repeat(43) })
+  await call(server, 'GET', '/nowhere')
+  await new Promise(resolve => setTimeout(resolve, 100))
+  const lines = server.stdout().trim().split('\n').map(line => JSON.parse(line))
+  const requests = lines.filter(line => line.msg === 'request')
+  assert.equal(requests.length, 4)
+  assert.deepEqual(requests.map(r => [r.method, r.route, r.status]), [['POST', '/plants', 200], ['GET', '/plants/:id', 200], ['GET', '/plants/:id', 401], ['GET', null, 404]])
+  for (const r of requests) {
+    assert.equal(typeof r.durationMs, 'number')
+    assert.match(r.reqId, /^[0-9a-f-]{36}$/)
+  }
+  assert.doesNotMatch(server.stdout(), /pst_|authorization|Bearer/i)
+})
+
+test('SIGTERM lets a request in flight finish, then exits 0', async (t) => {
+  const server = await startServer(t)
+  const { port } = new URL(server.url)
+  const body = '{"id": 5, "name": "Late bloomer"}'
+  const answer = new Promise<string>((resolve, reject) => {
+    const socket = connect(Number(port), '127.0.0.1')
+    let text = ''
+    socket.setEncoding('utf8').on('data', (chunk: string) => { text += chunk }).on('close', () => resolve(text)).on('error', reject)
+    // Headers and half the body now; the rest after SIGTERM has been sent.
+    socket.write(`POST /plants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${server.token}\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\nConnection: close\r\n\r\n${body.slice(0, 10)}`)
+    setTimeout(() => {
+      server.process.kill('SIGTERM')
+      setTimeout(() => socket.write(body.slice(10)), 300)
+    }, 200)
+  })
+  assert.match(await answer, /^HTTP\/1\.1 200 /)
+  assert.equal(await server.exited, 0)
+  const again = await startServer(t, { dir: server.dir, token: server.token })
+  assert.equal((await call(again, 'GET', '/plants/5')).body.name, 'Late bloomer')
+})
+
+function startFails (env: NodeJS.ProcessEnv): { status: number | null, stderr: string } {
+  const result = spawnSync(process.execPath, [MAIN, 'serve'], { env: { ...process.env, ...env }, encoding: 'utf8', timeout: 10_000 })
+  return { status: result.status, stderr: result.stderr }
+}
+
+test('bad configuration fails at start with one clear line and a non-zero exit', (t) => {
+  const dir = tempDir(t)
+  const db = join(dir, 'plantstore.db')
+  for (const [env, expected] of [
+    [{ PORT: 'eighty', DATABASE_URL: db }, /^plantstore: PORT must be a whole number/],
+    [{ PORT: '99999', DATABASE_URL: db }, /^plantstore: PORT must be/],
+    [{ LOG_LEVEL: 'chatty', DATABASE_URL: db }, /^plantstore: LOG_LEVEL must be one of/],
+    [{ RATE_LIMIT_PER_MINUTE: 'lots', DATABASE_URL: db }, /^plantstore: RATE_LIMIT_PER_MINUTE must be/]
+  ] as const) {
+    const result = startFails({ ...env, PORT: env.PORT })
+    assert.notEqual(result.status, 0)
+    assert.match(result.stderr, expected)
+    assert.equal(result.stderr.trim().split('\n').length, 1, result.stderr)
+  }
+})
+
+test('an unwritable data directory fails at start with one clear line', { skip: process.getuid?.() === 0 ? 'root can write anywhere: the read-only directory is simulated with a path below a file instead' : false }, (t) => {
+  const dir = tempDir(t)
+  const locked = join(dir, 'locked')
+  mkdirSync(locked)
+  chmodSync(locked, 0o500)
+  const result = startFails({ PORT: '0', DATABASE_URL: join(locked, 'data', 'plantstore.db') })
+  assert.notEqual(result.status, 0)
+  assert.match(result.stderr, /^plantstore: Cannot open the database at .*: the directory is not writable/)
+})
+
+test('a data directory that cannot be created fails at start with one clear line', (t) => {
+  const dir = tempDir(t)
+  const file = join(dir, 'a-file')
+  writeFileSync(file, '')
+  const result = startFails({ PORT: '0', DATABASE_URL: join(file, 'data', 'plantstore.db') })
+  assert.notEqual(result.status, 0)
+  assert.match(result.stderr, /^plantstore: Cannot open the database at .*: the directory is not writable/)
+  assert.equal(result.stderr.trim().split('\n').length, 1, result.stderr)
+})
