@@ -39,12 +39,14 @@ export interface Server {
 /**
  * Starts the built server as a child process on a free port, with its SQLite file in `dir`
  * (a fresh temp dir by default). On a fresh store it reads the token from the first-start
- * banner; on a reused one, pass `token`. Killed after the test.
+ * banner; on a reused one, pass `token`. `wrapper` runs it under another command (strace …).
+ * Killed after the test.
  */
-export async function startServer (t: TestContext, options: { dir?: string, token?: string, env?: NodeJS.ProcessEnv } = {}): Promise<Server> {
+export async function startServer (t: TestContext, options: { dir?: string, token?: string, env?: NodeJS.ProcessEnv, wrapper?: string[] } = {}): Promise<Server> {
   const dir = options.dir ?? tempDir(t)
   const dbPath = join(dir, 'plantstore.db')
-  const child = spawn(process.execPath, [MAIN, 'serve'], {
+  const [command, ...args] = [...options.wrapper ?? [], process.execPath, MAIN, 'serve']
+  const child = spawn(command, args, {
     env: { ...process.env, PORT: '0', HOST: '127.0.0.1', DATABASE_URL: dbPath, LOG_LEVEL: 'info', RATE_LIMIT_PER_MINUTE: '0', ...options.env },
     stdio: ['ignore', 'pipe', 'pipe']
   })

@@ -92,13 +92,13 @@ function flush (): void {
 
 // Messages that arrive while a commit is under way queue up; they are all read before the
 // next setImmediate runs, so each flush commits everything that arrived meanwhile.
-parentPort!.on('message', (message: WriteRequest | 'close') => {
+parentPort!.on('message', (message: WriteRequest[] | 'close') => {
   if (message === 'close') {
     if (pending.length > 0) flush()
     db.close()
     parentPort!.close()
     return
   }
-  pending.push(message)
-  if (pending.length === 1) setImmediate(flush)
+  if (pending.length === 0) setImmediate(flush)
+  pending.push(...message)
 })

@@ -27,6 +27,8 @@ export class SqliteStore implements Store {
   private worker?: Worker
   private readonly waiting = new Map<number, { resolve: (value: unknown) => void, reject: (error: Error) => void }>()
   private seq = 0
+  private outbox: WriteRequest[] = []
+  private closed = false
 
   /** Opens (creating and migrating if needed) the database file at `path`. */
   constructor (private readonly path: string) {
@@ -50,12 +52,7 @@ export class SqliteStore implements Store {
     if (this.worker !== undefined) return this.worker
     const worker = startWriter(this.path)
     worker.on('message', (results: WriteResult[]) => {
-      for (const result of results) {
-        const waiter = this.waiting.get(result.seq)
-        this.waiting.delete(result.seq)
-        if (result.ok) waiter?.resolve(result.value)
-        else waiter?.reject(result.unavailable ? new StoreUnavailableError(result.message) : new Error(result.message))
-      }
+      for (const result of results) this.settle(result)
     })
     const lost = (error: Error): void => {
       if (this.worker !== worker) return
@@ -69,12 +66,33 @@ export class SqliteStore implements Store {
     return worker
   }
 
+  private settle (result: WriteResult): void {
+    const waiter = this.waiting.get(result.seq)
+    this.waiting.delete(result.seq)
+    if (result.ok) waiter?.resolve(result.value)
+    else waiter?.reject(result.unavailable ? new StoreUnavailableError(result.message) : new Error(result.message))
+  }
+
   private write<T> (op: WriteRequest['op'], ...args: unknown[]): Promise<T> {
     const seq = ++this.seq
     return new Promise<T>((resolve, reject) => {
       this.waiting.set(seq, { resolve: resolve as (value: unknown) => void, reject })
-      this.writer().postMessage({ seq, op, args } satisfies WriteRequest)
+      // Writes made in one turn of the event loop travel as one message: fewer messages to
+      // clone and wake up for, and the writer sees them together, so they share a commit.
+      this.outbox.push({ seq, op, args })
+      if (this.outbox.length === 1) setImmediate(() => this.send())
     })
+  }
+
+  private send (): void {
+    const batch = this.outbox
+    this.outbox = []
+    if (batch.length === 0) return
+    if (this.closed) {
+      for (const { seq } of batch) this.settle({ seq, ok: false, unavailable: true, message: 'The store is closed.' })
+      return
+    }
+    this.writer().postMessage(batch)
   }
 
   private read<T> (query: () => T): Promise<T> {
@@ -142,6 +160,8 @@ export class SqliteStore implements Store {
   }
 
   async close (): Promise<void> {
+    this.send() // writes still waiting for this turn's message go first
+    this.closed = true
     const worker = this.worker
     this.worker = undefined
     if (worker !== undefined) {
