@@ -27,6 +27,8 @@ export class SqliteStore implements Store {
   private worker?: Worker
   private readonly waiting = new Map<number, { resolve: (value: unknown) => void, reject: (error: Error) => void }>()
   private seq = 0
+  /** Commits made and writes acknowledged since opening: writes / commits is the group-commit factor. */
+  readonly stats = { commits: 0, writes: 0 }
   private outbox: WriteRequest[] = []
   private closed = false
 
@@ -52,6 +54,8 @@ export class SqliteStore implements Store {
     if (this.worker !== undefined) return this.worker
     const worker = startWriter(this.path)
     worker.on('message', (results: WriteResult[]) => {
+      this.stats.commits++
+      this.stats.writes += results.length
       for (const result of results) this.settle(result)
     })
     const lost = (error: Error): void => {

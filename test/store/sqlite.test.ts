@@ -1,0 +1,68 @@
+import assert from 'node:assert/strict'
+import { join } from 'node:path'
+import { test } from 'node:test'
+import { SqliteStore } from '../../src/store/sqlite.js'
+import { tempDir } from '../helpers.js'
+
+function openStore (t: Parameters<typeof tempDir>[0]): SqliteStore {
+  const store = new SqliteStore(join(tempDir(t), 'nested', 'plantstore.db'))
+  t.after(() => store.close())
+  return store
+}
+
+test('create is idempotent for identical data and refuses different data', async (t) => {
+  const store = openStore(t)
+  assert.equal(await store.create({ id: 1n, name: 'Fern', tag: 'shade' }), 'created')
+  assert.equal(await store.create({ id: 1n, name: 'Fern', tag: 'shade' }), 'same')
+  assert.equal(await store.create({ id: 1n, name: 'Fern' }), 'conflict')
+  assert.equal(await store.create({ id: 1n, name: 'Moss', tag: 'shade' }), 'conflict')
+  assert.deepEqual(await store.get(1n), { id: 1n, name: 'Fern', tag: 'shade' })
+})
+
+test('writes made in one turn of the event loop share one commit', async (t) => {
+  const store = openStore(t)
+  await store.ping()
+  const before = { ...store.stats }
+  const outcomes = await Promise.all(Array.from({ length: 200 }, (_, i) => store.create({ id: BigInt(i), name: `p${i}` })))
+  assert.ok(outcomes.every(outcome => outcome === 'created'))
+  assert.equal(store.stats.writes - before.writes, 200)
+  assert.equal(store.stats.commits - before.commits, 1)
+})
+
+test('one failing write does not undo the others in its commit', async (t) => {
+  const store = openStore(t)
+  const results = await Promise.allSettled([
+    store.create({ id: 1n, name: 'ok' }),
+    store.create({ id: 2n, name: null as unknown as string }), // NOT NULL violation: a bug, not a conflict
+    store.create({ id: 3n, name: 'ok too' })
+  ])
+  assert.deepEqual(results.map(r => r.status), ['fulfilled', 'rejected', 'fulfilled'])
+  assert.equal((await store.list({ limit: 10 })).length, 2)
+})
+
+test('list pages by id with after and tag; replace and remove', async (t) => {
+  const store = openStore(t)
+  for (const [id, tag] of [[3n, 'a'], [1n, 'b'], [2n, 'a'], [9223372036854775807n, 'a']] as const) await store.create({ id, name: `n${id}`, tag })
+  assert.deepEqual((await store.list({ limit: 2 })).map(p => p.id), [1n, 2n])
+  assert.deepEqual((await store.list({ limit: 10, after: 2n })).map(p => p.id), [3n, 9223372036854775807n])
+  assert.deepEqual((await store.list({ limit: 10, tag: 'a', after: 2n })).map(p => p.id), [3n, 9223372036854775807n])
+  assert.deepEqual(await store.replace(2n, { name: 'two' }), { id: 2n, name: 'two' })
+  assert.equal(await store.replace(5n, { name: 'none' }), undefined)
+  assert.equal(await store.remove(2n), true)
+  assert.equal(await store.remove(2n), false)
+  assert.equal(await store.get(2n), undefined)
+})
+
+test('a lost writer thread is replaced: the store recovers on its own', async (t) => {
+  const store = openStore(t)
+  assert.equal(await store.create({ id: 1n, name: 'before' }), 'created')
+  await (store as unknown as { worker: { terminate: () => Promise<number> } }).worker.terminate()
+  assert.equal(await store.create({ id: 2n, name: 'after' }), 'created')
+  assert.equal((await store.list({ limit: 10 })).length, 2)
+})
+
+test('writes after close are refused as unavailable, not lost silently', async (t) => {
+  const store = new SqliteStore(join(tempDir(t), 'plantstore.db'))
+  await store.close()
+  await assert.rejects(store.create({ id: 1n, name: 'late' }), { name: 'Error' })
+})
