@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto'
 import Fastify, { LogController, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify'
+import type { DestinationStream } from 'pino'
 import { installAuth } from './auth.js'
 import type { Config } from './config.js'
 import { validatorCompiler } from './contract.js'
@@ -29,7 +30,7 @@ export interface AppOptions {
   config: Pick<Config, 'logLevel' | 'rateLimitPerMinute'>
   store: Store
   /** Where log lines go; defaults to stdout. */
-  logStream?: NodeJS.WritableStream
+  logStream?: DestinationStream
 }
 
 /** The whole service as a Fastify instance. It never listens: the caller decides where. */

@@ -1,6 +1,9 @@
 import { createHash, randomBytes } from 'node:crypto'
 import { ALL_SCOPES, type Scope } from './store/store.js'
 
+/** How long a server may answer from a token lookup it made; `tokens revoke` waits this out. */
+export const TOKEN_CACHE_MS = 1000
+
 /** Tokens read `pst_` + 43 base64url characters: 256 random bits. */
 export const TOKEN_PREFIX = 'pst_'
 const TOKEN_SHAPE = /^pst_[A-Za-z0-9_-]{43}$/

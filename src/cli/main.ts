@@ -4,7 +4,8 @@ import { ConfigError, loadConfig, settings, type Config } from '../config.js'
 import { serve } from '../server.js'
 import { openStore } from '../store/open.js'
 import { DEFAULT_SCOPES, type Scope, type TokenRecord } from '../store/store.js'
-import { digestOf, generateToken, isScope, parseDuration } from '../tokens.js'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { digestOf, generateToken, isScope, parseDuration, TOKEN_CACHE_MS } from '../tokens.js'
 
 const USAGE = `Usage:
   plantstore serve [--port N] [--host ADDR] [--database-url URL] [--log-level L] [--rate-limit-per-minute N]
@@ -63,7 +64,9 @@ async function tokens (args: string[]): Promise<void> {
       if (rest.length !== 1) throw new ConfigError('tokens revoke takes one NAME_OR_ID.')
       const revoked = await store.revokeToken(rest[0])
       if (revoked === undefined) throw new ConfigError(`No active token is named "${rest[0]}" and none has that id.`)
-      process.stderr.write(`Revoked token ${revoked.id} "${revoked.name}".\n`)
+      // Running servers may answer from a lookup made just before; once this returns, none does.
+      await sleep(TOKEN_CACHE_MS + 100)
+      process.stderr.write(`Revoked token ${revoked.id} "${revoked.name}"; no server accepts it any more.\n`)
     } else {
       throw new ConfigError(`Unknown tokens command "${action ?? ''}".\n${USAGE}`)
     }
