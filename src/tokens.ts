@@ -1,4 +1,4 @@
-import { createHash, randomBytes } from 'node:crypto'
+import { hash, randomBytes } from 'node:crypto'
 import { ALL_SCOPES, type Scope } from './store/store.js'
 
 /** How long a server may answer from a token lookup it made; `tokens revoke` waits this out. */
@@ -15,7 +15,7 @@ export function generateToken (): string {
 
 /** The SHA-256 digest under which a token is stored and looked up. */
 export function digestOf (token: string): Buffer {
-  return createHash('sha256').update(token).digest()
+  return hash('sha256', token, 'buffer')
 }
 
 /** True when `text` has the shape of a token; anything else is refused without a lookup. */
