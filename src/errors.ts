@@ -10,6 +10,7 @@ export const failures = {
   emptyBody: { status: 400, message: 'The request body is empty; send a JSON object.' },
   invalidParameter: { status: 400, message: 'A path or query parameter is not valid.' },
   badRequest: { status: 400, message: 'The request could not be understood.' },
+  bodyLengthMismatch: { status: 400, message: 'The request body is shorter or longer than its Content-Length header says.' },
   badToken: { status: 401, message: 'A valid bearer token is required: send "Authorization: Bearer <token>".' },
   missingScope: { status: 403, message: 'This token lacks the scope this operation needs.' },
   plantNotFound: { status: 404, message: 'No plant has this id.' },
@@ -77,7 +78,7 @@ function describeValidation (context: string, issues: ValidationIssue[]): string
 const fastifyCodes: Record<string, FailureName> = {
   FST_ERR_CTP_BODY_TOO_LARGE: 'bodyTooLarge',
   FST_ERR_CTP_INVALID_MEDIA_TYPE: 'unsupportedMediaType',
-  FST_ERR_CTP_INVALID_CONTENT_LENGTH: 'badRequest',
+  FST_ERR_CTP_INVALID_CONTENT_LENGTH: 'bodyLengthMismatch',
   FST_ERR_CTP_EMPTY_JSON_BODY: 'emptyBody',
   FST_ERR_CTP_INVALID_JSON_BODY: 'invalidJson'
 }
