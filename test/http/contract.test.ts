@@ -1,3 +1,4 @@
+import { Validator } from '@seriousme/openapi-schema-validator'
 import assert from 'node:assert/strict'
 import { test } from 'node:test'
 import { call, startServer } from '../helpers.js'
@@ -25,13 +26,17 @@ function shape (doc: Schema, schema: Schema): Schema {
   }
 }
 
-test('the served document is OpenAPI 3.1.0, version 1.0.0, MIT, and needs no token', async (t) => {
+test('the served document is valid OpenAPI 3.1.0, version 1.0.0, MIT, and needs no token', async (t) => {
   const server = await startServer(t)
   const answer = await call(server, 'GET', '/openapi.json', { token: null })
   assert.equal(answer.status, 200)
   assert.equal(answer.body.openapi, '3.1.0')
   assert.equal(answer.body.info.version, '1.0.0')
   assert.equal(answer.body.info.license.identifier, 'MIT')
+  const validator = new Validator()
+  const result = await validator.validate(answer.body)
+  assert.deepEqual(result, { valid: true })
+  assert.equal(validator.version, '3.1')
 })
 
 test("the served POST /plants, its schemas and its security are the seed's", async (t) => {
