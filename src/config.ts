@@ -57,7 +57,7 @@ const table = {
 } as const
 
 /** The environment variable behind each setting, for help texts and `serve` flags. */
-export const settings = Object.entries(table).map(([key, row]) => ({ key: key as keyof Config, env: row.env, fallback: row.fallback }))
+export const settings = Object.entries(table).map(([key, row]) => ({ key: key as keyof Config, env: row.env }))
 
 /**
  * Reads the configuration from `env`, with `overrides` (from command-line flags) taking precedence.

@@ -19,11 +19,6 @@ function deref (schema: unknown): unknown {
   return Object.fromEntries(Object.entries(schema).map(([key, value]) => [key, deref(value)]))
 }
 
-/** The component schema `name`, with references resolved. */
-export function schemaFor (name: string): Schema {
-  return deref(document.components.schemas[name]) as Schema
-}
-
 interface Operation { method: string, path: string, operation: Schema, pathItem: Schema }
 
 const operations: Operation[] = Object.entries(document.paths as Record<string, Schema>).flatMap(([path, pathItem]) =>

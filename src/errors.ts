@@ -11,7 +11,7 @@ export const failures = {
   invalidParameter: { status: 400, message: 'A path or query parameter is not valid.' },
   badRequest: { status: 400, message: 'The request could not be understood.' },
   bodyLengthMismatch: { status: 400, message: 'The request body is shorter or longer than its Content-Length header says.' },
-  badToken: { status: 401, message: 'A valid bearer token is required: send "Authorization: Bearer <token>".' },
+  badToken: { status: 401, message: 'A valid bearer token is required: send "Authorization: Bearer <token>".', headers: { 'www-authenticate': 'Bearer' } },
   missingScope: { status: 403, message: 'This token lacks the scope this operation needs.' },
   plantNotFound: { status: 404, message: 'No plant has this id.' },
   routeNotFound: { status: 404, message: 'There is no such route; see /openapi.json for the ones there are.' },
@@ -23,17 +23,20 @@ export const failures = {
   headersTooLarge: { status: 431, message: 'The request headers are too large.' },
   rateLimited: { status: 429, message: 'This token sent too many requests; wait for the number of seconds in Retry-After.' },
   internal: { status: 500, message: 'Something went wrong on our side; it has been logged.' },
-  unavailable: { status: 503, message: 'The store is unavailable right now; retry after the number of seconds in Retry-After.' }
-} as const
+  unavailable: { status: 503, message: 'The store is unavailable right now; retry after the number of seconds in Retry-After.', headers: { 'retry-after': '1' } }
+} satisfies Record<string, { status: number, message: string, headers?: Record<string, string> }>
 
 export type FailureName = keyof typeof failures
 
-/** A failure with a name from `failures`; `detail` replaces the standard sentence. */
+/** A failure with a name from `failures`; `detail` replaces the standard sentence, `headers` add to the failure's own. */
 export class ApiError extends Error {
   readonly status: number
-  constructor (readonly failure: FailureName, detail?: string, readonly headers: Record<string, string> = {}) {
-    super(detail ?? failures[failure].message)
-    this.status = failures[failure].status
+  readonly headers: Record<string, string>
+  constructor (readonly failure: FailureName, detail?: string, headers: Record<string, string> = {}) {
+    const entry: { status: number, message: string, headers?: Record<string, string> } = failures[failure]
+    super(detail ?? entry.message)
+    this.status = entry.status
+    this.headers = { ...entry.headers, ...headers }
   }
 }
 
@@ -85,7 +88,7 @@ const fastifyCodes: Record<string, FailureName> = {
 
 function toApiError (error: FastifyError): ApiError {
   if (error instanceof ApiError) return error
-  if (error instanceof StoreUnavailableError) return new ApiError('unavailable', undefined, { 'retry-after': '1' })
+  if (error instanceof StoreUnavailableError) return new ApiError('unavailable')
   if (error.validation !== undefined) {
     const context = error.validationContext ?? 'body'
     return new ApiError(context === 'body' ? 'invalidBody' : 'invalidParameter', describeValidation(context, error.validation as ValidationIssue[]))
@@ -97,19 +100,21 @@ function toApiError (error: FastifyError): ApiError {
   return new ApiError('internal')
 }
 
+function send (reply: FastifyReply, failure: ApiError): FastifyReply {
+  return reply.code(failure.status).headers(failure.headers).type('application/json').send(errorBody(failure.status, failure.message))
+}
+
 /** Replaces Fastify's and Node's error replies with the Error body, everywhere. */
 export function installErrorHandling (app: FastifyInstance): void {
   app.setErrorHandler((error: FastifyError, request: FastifyRequest, reply: FastifyReply) => {
     const failure = toApiError(error)
     if (failure.status >= 500) request.log.error({ err: error }, 'request failed')
-    if (failure.status === 401) reply.header('www-authenticate', 'Bearer')
-    return reply.code(failure.status).headers(failure.headers).type('application/json').send(errorBody(failure.status, failure.message))
+    return send(reply, failure)
   })
 
   app.setNotFoundHandler((request, reply) => {
     const allowed = allowedMethods(request.url.split('?')[0])
-    const failure = allowed.length > 0 ? new ApiError('methodNotAllowed', undefined, { allow: allowed.join(', ') }) : new ApiError('routeNotFound')
-    return reply.code(failure.status).headers(failure.headers).type('application/json').send(errorBody(failure.status, failure.message))
+    return send(reply, allowed.length > 0 ? new ApiError('methodNotAllowed', undefined, { allow: allowed.join(', ') }) : new ApiError('routeNotFound'))
   })
 }
 

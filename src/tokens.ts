@@ -5,8 +5,8 @@ import { ALL_SCOPES, type Scope } from './store/store.js'
 export const TOKEN_CACHE_MS = 1000
 
 /** Tokens read `pst_` + 43 base64url characters: 256 random bits. */
-export const TOKEN_PREFIX = 'pst_'
-const TOKEN_SHAPE = /^pst_[A-Za-z0-9_-]{43}$/
+const TOKEN_PREFIX = 'pst_'
+const TOKEN_SHAPE = new RegExp(`^${TOKEN_PREFIX}[A-Za-z0-9_-]{43}$`)
 
 /** A new secret token. It is shown once; only its digest is stored. */
 export function generateToken (): string {

@@ -1,10 +1,10 @@
 #!/usr/bin/env node
+import { setTimeout as sleep } from 'node:timers/promises'
 import { parseArgs } from 'node:util'
 import { ConfigError, loadConfig, settings, type Config } from '../config.js'
 import { serve } from '../server.js'
 import { openStore } from '../store/open.js'
 import { DEFAULT_SCOPES, type Scope, type TokenRecord } from '../store/store.js'
-import { setTimeout as sleep } from 'node:timers/promises'
 import { digestOf, generateToken, isScope, parseDuration, TOKEN_CACHE_MS } from '../tokens.js'
 
 const USAGE = `Usage:

@@ -8,6 +8,12 @@ function plantOf (body: Plant): Plant {
   return body.tag === undefined ? { name: body.name } : { name: body.name, tag: body.tag }
 }
 
+/** The plant, or the 404 when there is none. */
+function found<T> (plant: T | undefined): T {
+  if (plant === undefined) throw new ApiError('plantNotFound')
+  return plant
+}
+
 function linkToNext (url: string, after: bigint): string {
   const next = new URL(url, 'http://placeholder')
   next.searchParams.set('after', after.toString())
@@ -42,13 +48,13 @@ export const plants: FastifyPluginAsync<{ store: Store }> = async (app, { store 
   app.route<{ Params: { id: bigint } }>({
     ...route('getPlant'),
     config: { scope: 'plants:read' },
-    handler: async (request) => (await store.get(request.params.id)) ?? Promise.reject(new ApiError('plantNotFound'))
+    handler: async (request) => found(await store.get(request.params.id))
   })
 
   app.route<{ Params: { id: bigint }, Body: Plant }>({
     ...route('replacePlant'),
     config: { scope: 'plants:write' },
-    handler: async (request) => (await store.replace(request.params.id, plantOf(request.body))) ?? Promise.reject(new ApiError('plantNotFound'))
+    handler: async (request) => found(await store.replace(request.params.id, plantOf(request.body)))
   })
 
   app.route<{ Params: { id: bigint } }>({

@@ -17,6 +17,14 @@ function startWriter (path: string): Worker {
   return new Worker(bootstrap, { eval: true, workerData: { path } })
 }
 
+/** The page queries: keyset pagination on the id (the rowid) or the (tag, id) index, never OFFSET. */
+export const LIST_SQL = {
+  first: 'SELECT id, name, tag FROM plants ORDER BY id LIMIT ?',
+  after: 'SELECT id, name, tag FROM plants WHERE id > ? ORDER BY id LIMIT ?',
+  tagFirst: 'SELECT id, name, tag FROM plants WHERE tag = ? ORDER BY id LIMIT ?',
+  tagAfter: 'SELECT id, name, tag FROM plants WHERE tag = ? AND id > ? ORDER BY id LIMIT ?'
+}
+
 /**
  * The embedded store: one SQLite file in WAL mode. Reads run on this thread (a point query
  * takes microseconds); writes go to a writer thread that fsyncs before answering.
@@ -27,8 +35,8 @@ export class SqliteStore implements Store {
   private worker?: Worker
   private readonly waiting = new Map<number, { resolve: (value: unknown) => void, reject: (error: Error) => void }>()
   private seq = 0
-  /** Commits made and writes acknowledged since opening: writes / commits is the group-commit factor. */
-  readonly stats = { commits: 0, writes: 0 }
+  /** Writer transactions (one commit, one fsync each) and the writes they carried: writes / transactions is the group-commit factor. */
+  readonly stats = { transactions: 0, writes: 0 }
   private outbox: WriteRequest[] = []
   private closed = false
 
@@ -40,10 +48,10 @@ export class SqliteStore implements Store {
     configure(this.db)
     this.sql = {
       getPlant: this.db.prepare('SELECT id, name, tag FROM plants WHERE id = ?'),
-      listFirst: this.db.prepare('SELECT id, name, tag FROM plants ORDER BY id LIMIT ?'),
-      listAfter: this.db.prepare('SELECT id, name, tag FROM plants WHERE id > ? ORDER BY id LIMIT ?'),
-      listTagFirst: this.db.prepare('SELECT id, name, tag FROM plants WHERE tag = ? ORDER BY id LIMIT ?'),
-      listTagAfter: this.db.prepare('SELECT id, name, tag FROM plants WHERE tag = ? AND id > ? ORDER BY id LIMIT ?'),
+      listFirst: this.db.prepare(LIST_SQL.first),
+      listAfter: this.db.prepare(LIST_SQL.after),
+      listTagFirst: this.db.prepare(LIST_SQL.tagFirst),
+      listTagAfter: this.db.prepare(LIST_SQL.tagAfter),
       findToken: this.db.prepare('SELECT * FROM tokens WHERE digest = ?').safeIntegers(false),
       listTokens: this.db.prepare('SELECT * FROM tokens ORDER BY id').safeIntegers(false),
       ping: this.db.prepare('SELECT 1')
@@ -54,7 +62,7 @@ export class SqliteStore implements Store {
     if (this.worker !== undefined) return this.worker
     const worker = startWriter(this.path)
     worker.on('message', (results: WriteResult[]) => {
-      this.stats.commits++
+      this.stats.transactions++
       this.stats.writes += results.length
       for (const result of results) this.settle(result)
     })

@@ -26,7 +26,7 @@ test('writes made in one turn of the event loop share one commit', async (t) => 
   const outcomes = await Promise.all(Array.from({ length: 200 }, (_, i) => store.create({ id: BigInt(i), name: `p${i}` })))
   assert.ok(outcomes.every(outcome => outcome === 'created'))
   assert.equal(store.stats.writes - before.writes, 200)
-  assert.equal(store.stats.commits - before.commits, 1)
+  assert.equal(store.stats.transactions - before.transactions, 1)
 })
 
 test('one failing write does not undo the others in its commit', async (t) => {
