@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto'
 import Fastify, { LogController, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify'
-import type { DestinationStream } from 'pino'
+import pino, { type DestinationStream } from 'pino'
 import { installAuth } from './auth.js'
 import type { Config } from './config.js'
 import { validatorCompiler } from './contract.js'
@@ -13,9 +13,16 @@ import type { Store } from './store/store.js'
 
 /** One log line per request, when it completes; never a header, so never a token. */
 class RequestLog extends LogController {
+  /** `enabled`: whether the level lets request lines through; below it, not even the line's object is built. */
+  constructor (private readonly enabled: boolean) {
+    super()
+  }
+
   override incomingRequest (): void {}
   override requestCompleted (_error: Error | null, request: FastifyRequest, reply: FastifyReply): void {
+    if (!this.enabled) return
     request.log.info({
+      reqId: request.id,
       method: request.method,
       route: request.routeOptions.url ?? null,
       status: reply.statusCode,
@@ -37,8 +44,11 @@ export interface AppOptions {
 export async function buildApp ({ config, store, logStream }: AppOptions): Promise<FastifyInstance> {
   const app = Fastify({
     logger: { level: config.logLevel, ...(logStream === undefined ? {} : { stream: logStream }) },
-    logController: new RequestLog(),
+    logController: new RequestLog(pino.levels.values[config.logLevel] <= pino.levels.values.info),
     genReqId: () => randomUUID(),
+    // Every request logs through the one logger: a child logger per request (Fastify's default)
+    // costs more than the line itself, so the lines name their request id themselves.
+    childLoggerFactory: logger => logger,
     bodyLimit: BODY_LIMIT,
     clientErrorHandler,
     // Requests still arriving while closing are served, not refused with Fastify's own body.

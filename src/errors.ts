@@ -108,7 +108,7 @@ function send (reply: FastifyReply, failure: ApiError): FastifyReply {
 export function installErrorHandling (app: FastifyInstance): void {
   app.setErrorHandler((error: FastifyError, request: FastifyRequest, reply: FastifyReply) => {
     const failure = toApiError(error)
-    if (failure.status >= 500) request.log.error({ err: error }, 'request failed')
+    if (failure.status >= 500) request.log.error({ reqId: request.id, err: error }, 'request failed')
     return send(reply, failure)
   })
 

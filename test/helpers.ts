@@ -63,7 +63,8 @@ export async function startServer (t: TestContext, options: { dir?: string, toke
   })
   const deadline = Date.now() + 15_000
   for (;;) {
-    const url = /Server listening at (http:\/\/127\.0\.0\.1:\d+)/.exec(out)?.[1]
+    // The log says where it listens; below LOG_LEVEL=info only the first start's banner does.
+    const url = /Server listening at (http:\/\/127\.0\.0\.1:\d+)/.exec(out)?.[1] ?? /curl -X POST (http:\/\/127\.0\.0\.1:\d+)\/plants/.exec(err)?.[1]
     const token = options.token ?? /^ {3}(pst_\S+)$/m.exec(err)?.[1]
     if (url !== undefined && token !== undefined) {
       return { url, token, dir, dbPath, process: child, stdout: () => out, stderr: () => err, exited }

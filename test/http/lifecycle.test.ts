@@ -30,6 +30,15 @@ test('one JSON log line per request, with method, route, status, duration and re
   assert.doesNotMatch(server.stdout(), /pst_|authorization|Bearer/i)
 })
 
+test('LOG_LEVEL=warn writes no request lines', async (t) => {
+  const server = await startServer(t, { env: { LOG_LEVEL: 'warn' } })
+  await call(server, 'POST', '/plants', { body: { id: 1, name: 'Fern' } })
+  await call(server, 'GET', '/plants/1')
+  await call(server, 'GET', '/nowhere')
+  await new Promise(resolve => setTimeout(resolve, 100))
+  assert.equal(server.stdout().trim(), '')
+})
+
 test('SIGTERM lets a request in flight finish, then exits 0', async (t) => {
   const server = await startServer(t)
   const { port } = new URL(server.url)

@@ -1,7 +1,8 @@
 import assert from 'node:assert/strict'
 import { join } from 'node:path'
 import { test } from 'node:test'
-import { SqliteStore } from '../../src/store/sqlite.js'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { PLANT_CACHE_MS, SqliteStore } from '../../src/store/sqlite.js'
 import { tempDir } from '../helpers.js'
 
 function openStore (t: Parameters<typeof tempDir>[0]): SqliteStore {
@@ -65,4 +66,30 @@ test('writes after close are refused as unavailable, not lost silently', async (
   const store = new SqliteStore(join(tempDir(t), 'plantstore.db'))
   await store.close()
   await assert.rejects(store.create({ id: 1n, name: 'late' }), { name: 'Error' })
+})
+
+test('plants read from memory never hide this store\'s own writes', async (t) => {
+  const store = openStore(t)
+  await store.create({ id: 1n, name: 'Fern', tag: 'shade' })
+  assert.deepEqual(await store.get(1n), { id: 1n, name: 'Fern', tag: 'shade' }) // now kept in memory
+  await store.replace(1n, { name: 'Moss' })
+  assert.deepEqual(await store.get(1n), { id: 1n, name: 'Moss' })
+  await store.remove(1n)
+  assert.equal(await store.get(1n), undefined)
+  assert.equal(await store.create({ id: 1n, name: 'Ivy' }), 'created')
+  assert.deepEqual(await store.get(1n), { id: 1n, name: 'Ivy' })
+})
+
+test('a write by another process on the same file shows within PLANT_CACHE_MS', async (t) => {
+  const path = join(tempDir(t), 'shared.db')
+  const server = new SqliteStore(path)
+  const other = new SqliteStore(path) // stands for a second process: its own connections and writer
+  t.after(async () => { await server.close(); await other.close() })
+  await server.create({ id: 1n, name: 'Fern' })
+  assert.deepEqual(await server.get(1n), { id: 1n, name: 'Fern' })
+  await other.replace(1n, { name: 'Moss' })
+  await other.create({ id: 2n, name: 'Ivy' })
+  assert.deepEqual(await server.get(2n), { id: 2n, name: 'Ivy' }, 'plants never read before are read from the file')
+  await sleep(PLANT_CACHE_MS + 50)
+  assert.deepEqual(await server.get(1n), { id: 1n, name: 'Moss' })
 })
