@@ -1,6 +1,9 @@
 // Throughput, latency and memory of plantstore against scripts/reference-server.ts, which does
 // the same request work without storage. Usage: npm run bench, with these optional settings:
-//   BENCH_SECONDS (10)  BENCH_CONNECTIONS (64)  BENCH_ONLY (post,get,list)  BENCH_SOAK_SECONDS (off)
+//   BENCH_SECONDS (10)  BENCH_ROUNDS (3)  BENCH_CONNECTIONS (64)  BENCH_ONLY (post,get,list)  BENCH_SOAK_SECONDS (off)
+// Each scenario runs in rounds, reference then service in each, so that both meet the same
+// machine: on a shared VM throughput drifts by ±20% from minute to minute. The ratio reported
+// is the median of the rounds' ratios.
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
 import { createHash } from 'node:crypto'
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
@@ -12,7 +15,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 type ScenarioName = 'post' | 'get' | 'list'
 type ServerName = 'reference' | 'service'
 
-interface Options { seconds: number, connections: number, only: ScenarioName[], soakSeconds: number }
+interface Options { seconds: number, rounds: number, connections: number, only: ScenarioName[], soakSeconds: number }
 
 interface Server { name: ServerName, child: ChildProcess, pid: number, port: number, output: string[], exit?: string }
 
@@ -31,6 +34,7 @@ interface WrkStats {
 
 interface Row {
   scenario: ScenarioName
+  round: number
   label: string
   server: ServerName
   requests: number
@@ -70,7 +74,7 @@ function readOptions (): Options {
   const unknown = only.find(s => !(s in SCENARIOS))
   if (unknown !== undefined || only.length === 0) throw new Error(`BENCH_ONLY takes a comma list of post, get, list, not "${process.env.BENCH_ONLY}"`)
   const soakSeconds = process.env.BENCH_SOAK_SECONDS === undefined ? 0 : positive('BENCH_SOAK_SECONDS', 0)
-  return { seconds: positive('BENCH_SECONDS', 10), connections: positive('BENCH_CONNECTIONS', 64), only: only as ScenarioName[], soakSeconds }
+  return { seconds: positive('BENCH_SECONDS', 10), rounds: positive('BENCH_ROUNDS', 3), connections: positive('BENCH_CONNECTIONS', 64), only: only as ScenarioName[], soakSeconds }
 }
 
 function checkTools (): void {
@@ -317,8 +321,8 @@ function sampleRss (pid: number, everyMs: number): () => number[] {
   }
 }
 
-async function measure (server: Server, scenario: ScenarioName, script: string, options: Options): Promise<Row> {
-  const what = `${SCENARIOS[scenario].label} on the ${server.name}`
+async function measure (server: Server, scenario: ScenarioName, round: number, script: string, options: Options): Promise<Row> {
+  const what = `${SCENARIOS[scenario].label} on the ${server.name}, round ${round}`
   process.stderr.write(`${what}: ${WARMUP_SECONDS} s warm-up, ${options.seconds} s measured\n`)
   const scoped = resetPeak(server.pid)
   check(await wrk(server.port, script, WARMUP_SECONDS, options.connections), `${what} (warm-up)`)
@@ -327,6 +331,7 @@ async function measure (server: Server, scenario: ScenarioName, script: string, 
   const series = stop()
   return {
     scenario,
+    round,
     label: SCENARIOS[scenario].label,
     server: server.name,
     requests: stats.requests,
@@ -341,22 +346,47 @@ async function measure (server: Server, scenario: ScenarioName, script: string, 
   }
 }
 
-function ratios (rows: Row[]): Partial<Record<ScenarioName, number>> {
-  const ratio = (scenario: ScenarioName): number | undefined => {
-    const of = (server: ServerName): number | undefined => rows.find(r => r.scenario === scenario && r.server === server)?.requestsPerSecond
-    const [service, reference] = [of('service'), of('reference')]
-    return service === undefined || reference === undefined ? undefined : Math.round(service / reference * 1000) / 1000
-  }
-  return Object.fromEntries(rows.map(r => [r.scenario, ratio(r.scenario)]))
+function median (values: number[]): number {
+  const sorted = [...values].sort((x, y) => x - y)
+  const middle = Math.floor(sorted.length / 2)
+  return sorted.length % 2 === 1 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2
 }
 
-function printTable (rows: Row[], ratio: Partial<Record<ScenarioName, number>>): void {
-  const header = ['scenario', 'server', 'req/s', 'p50 ms', 'p99 ms', 'RSS start→end MiB', 'peak RSS MiB', 'service/reference']
-  const cells = rows.map(r => [r.label, r.server, String(r.requestsPerSecond), r.p50Ms.toFixed(2), r.p99Ms.toFixed(2),
-    `${r.rssStartMiB.toFixed(1)} → ${r.rssEndMiB.toFixed(1)}`, r.peakRssMiB.toFixed(1), r.server === 'service' ? (ratio[r.scenario]?.toFixed(3) ?? '') : ''])
+const round3 = (n: number): number => Math.round(n * 1000) / 1000
+
+/** Per scenario: each round's service/reference ratio, and their median. */
+function ratios (rows: Row[]): Partial<Record<ScenarioName, { median: number, rounds: number[] }>> {
+  const result: Partial<Record<ScenarioName, { median: number, rounds: number[] }>> = {}
+  for (const scenario of new Set(rows.map(r => r.scenario))) {
+    const of = (server: ServerName, round: number): number | undefined =>
+      rows.find(r => r.scenario === scenario && r.server === server && r.round === round)?.requestsPerSecond
+    const rounds = [...new Set(rows.filter(r => r.scenario === scenario).map(r => r.round))]
+      .map(round => [of('service', round), of('reference', round)])
+      .filter((pair): pair is [number, number] => pair[0] !== undefined && pair[1] !== undefined)
+      .map(([service, reference]) => round3(service / reference))
+    if (rounds.length > 0) result[scenario] = { median: round3(median(rounds)), rounds }
+  }
+  return result
+}
+
+function printTable (rows: Row[], ratio: ReturnType<typeof ratios>): void {
+  const header = ['scenario', 'server', 'round', 'req/s', 'p50 ms', 'p99 ms', 'RSS start→end MiB', 'peak RSS MiB', 'service/reference']
+  const ratioOf = (r: Row): string => {
+    const service = r.requestsPerSecond
+    const reference = rows.find(x => x.scenario === r.scenario && x.round === r.round && x.server === 'reference')?.requestsPerSecond
+    return r.server === 'service' && reference !== undefined ? round3(service / reference).toFixed(3) : ''
+  }
+  const cells = rows.map(r => [r.label, r.server, String(r.round), String(r.requestsPerSecond), r.p50Ms.toFixed(2), r.p99Ms.toFixed(2),
+    `${r.rssStartMiB.toFixed(1)} → ${r.rssEndMiB.toFixed(1)}`, r.peakRssMiB.toFixed(1), ratioOf(r)])
   const widths = header.map((h, i) => Math.max(h.length, ...cells.map(c => c[i].length)))
   const line = (c: string[]): string => c.map((text, i) => i < 2 ? text.padEnd(widths[i]) : text.padStart(widths[i])).join('  ')
   console.log([line(header), line(widths.map(w => '-'.repeat(w))), ...cells.map(line)].join('\n'))
+  console.log('')
+  for (const [scenario, { median, rounds }] of Object.entries(ratio)) {
+    const service = rows.filter(r => r.scenario === scenario && r.server === 'service')
+    console.log(`${SCENARIOS[scenario as ScenarioName].label}: service/reference ${median.toFixed(3)} (median of ${rounds.join(', ')}); ` +
+      `service p99 ≤ ${Math.max(...service.map(r => r.p99Ms)).toFixed(2)} ms, peak RSS ${Math.max(...service.map(r => r.peakRssMiB)).toFixed(1)} MiB`)
+  }
 }
 
 function growthVerdict (series: number[]): { grew: boolean | undefined, text: string } {
@@ -382,7 +412,8 @@ async function soak (service: Server, script: string, seconds: number, options: 
 function notes (options: Options): string[] {
   return [
     `Note: the service ran with LOG_LEVEL=${LOG_LEVEL} and RATE_LIMIT_PER_MINUTE=0 on a fresh SQLite file.`,
-    `Note: wrk -t1 -c${options.connections}; ${WARMUP_SECONDS} s warm-up then ${options.seconds} s measured per server and scenario; ` +
+    `Note: wrk -t1 -c${options.connections}; ${options.rounds} rounds per scenario, reference then service in each; ` +
+      `${WARMUP_SECONDS} s warm-up then ${options.seconds} s measured per server and round; ` +
       (PINNED ? 'servers pinned to CPU 0, wrk to CPU 1.' : 'one CPU: nothing pinned.'),
     `Note: the reference runs as plain JS compiled from scripts/reference-server.ts; GET scenarios read ${SEED_COUNT} seeded plants.`
   ]
@@ -418,7 +449,9 @@ async function run (options: Options, servers: Partial<Record<ServerName, Server
   const rows: Row[] = []
   for (const scenario of options.only) {
     const script = writeLua(dir, scenario, token)
-    for (const server of [reference, service]) rows.push(await measure(server, scenario, script, options))
+    for (let round = 1; round <= options.rounds; round++) {
+      for (const server of [reference, service]) rows.push(await measure(server, scenario, round, script, options))
+    }
   }
   const ratio = ratios(rows)
   printTable(rows, ratio)

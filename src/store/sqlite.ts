@@ -3,7 +3,6 @@ import { mkdirSync } from 'node:fs'
 import { dirname, extname } from 'node:path'
 import { Worker } from 'node:worker_threads'
 import { StoreUnavailableError } from '../errors.js'
-import { TimedCache } from '../timed-cache.js'
 import { configure, migrate } from './sqlite-schema.js'
 import { rowToPlant, rowToToken, type PlantRow, type TokenRow } from './sqlite-rows.js'
 import type { WriteRequest, WriteResult } from './sqlite-writer.js'
@@ -27,27 +26,14 @@ export const LIST_SQL = {
 }
 
 /**
- * How long a plant read may be answered from memory. This process's own writes drop the plant
- * from memory as they commit, so they show at once; a write by another process on the same
- * file (a second server, `plantstore import`) shows within this time.
- */
-export const PLANT_CACHE_MS = 1000
-
-/** Plant ops that change the plant whose id is their first argument (create cannot change one that exists). */
-const CHANGES_PLANT = new Set<WriteRequest['op']>(['replace', 'remove'])
-
-/**
  * The embedded store: one SQLite file in WAL mode. Reads run on this thread (a point query
  * takes microseconds); writes go to a writer thread that fsyncs before answering.
- * Recently read plants are answered from memory: under load, a SQLite point read (a read
- * transaction, with its file locks) costs more than all the rest of GET /plants/{id}.
  */
 export class SqliteStore implements Store {
   private readonly db: Database.Database
   private readonly sql
   private worker?: Worker
-  private readonly waiting = new Map<number, { resolve: (value: unknown) => void, reject: (error: Error) => void, plantId?: bigint }>()
-  private readonly recentPlants = new TimedCache<bigint, PlantRecord>(PLANT_CACHE_MS, 10_000)
+  private readonly waiting = new Map<number, { resolve: (value: unknown) => void, reject: (error: Error) => void }>()
   private seq = 0
   /** Writer transactions (one commit, one fsync each) and the writes they carried: writes / transactions is the group-commit factor. */
   readonly stats = { transactions: 0, writes: 0 }
@@ -83,7 +69,6 @@ export class SqliteStore implements Store {
     const lost = (error: Error): void => {
       if (this.worker !== worker) return
       this.worker = undefined // the next write starts a fresh writer
-      this.recentPlants.clear() // the lost writes may have committed
       for (const waiter of this.waiting.values()) waiter.reject(new StoreUnavailableError(`SQLite writer stopped: ${error.message}`))
       this.waiting.clear()
     }
@@ -96,7 +81,6 @@ export class SqliteStore implements Store {
   private settle (result: WriteResult): void {
     const waiter = this.waiting.get(result.seq)
     this.waiting.delete(result.seq)
-    if (waiter?.plantId !== undefined) this.recentPlants.delete(waiter.plantId)
     if (result.ok) waiter?.resolve(result.value)
     else waiter?.reject(result.unavailable ? new StoreUnavailableError(result.message) : new Error(result.message))
   }
@@ -104,8 +88,7 @@ export class SqliteStore implements Store {
   private write<T> (op: WriteRequest['op'], ...args: unknown[]): Promise<T> {
     const seq = ++this.seq
     return new Promise<T>((resolve, reject) => {
-      const plantId = CHANGES_PLANT.has(op) ? args[0] as bigint : undefined
-      this.waiting.set(seq, { resolve: resolve as (value: unknown) => void, reject, plantId })
+      this.waiting.set(seq, { resolve: resolve as (value: unknown) => void, reject })
       // Writes made in one turn of the event loop travel as one message: fewer messages to
       // clone and wake up for, and the writer sees them together, so they share a commit.
       this.outbox.push({ seq, op, args })
@@ -137,15 +120,9 @@ export class SqliteStore implements Store {
   }
 
   get (id: bigint): Promise<PlantRecord | undefined> {
-    const now = performance.now()
-    const recent = this.recentPlants.get(id, now)
-    if (recent !== undefined) return Promise.resolve(recent)
     return this.read(() => {
       const row = this.sql.getPlant.get(id) as PlantRow | undefined
-      if (row === undefined) return undefined
-      const plant = rowToPlant(row)
-      this.recentPlants.set(id, plant, now)
-      return plant
+      return row === undefined ? undefined : rowToPlant(row)
     })
   }
 
