@@ -46,6 +46,8 @@ interface Row {
   peakRssMiB: number
   peakRssScope: 'scenario' | 'process lifetime'
   rssSeriesMiB: number[]
+  /** Share of the server CPU's time the hypervisor gave to others meanwhile (steal): the noise floor of the round. */
+  stealPercent: number
 }
 
 const ROOT = resolve(import.meta.dirname, '..')
@@ -311,6 +313,13 @@ function resetPeak (pid: number): boolean {
   }
 }
 
+/** CPU `cpu`'s tick counters from /proc/stat: [total, steal]. */
+function cpuTicks (cpu: number): [number, number] {
+  const line = readFileSync('/proc/stat', 'utf8').split('\n').find(l => l.startsWith(`cpu${cpu} `))
+  const fields = (line ?? '').trim().split(/\s+/).slice(1, 9).map(Number) // user nice system idle iowait irq softirq steal
+  return [fields.reduce((sum, n) => sum + n, 0), fields[7] ?? Number.NaN]
+}
+
 /** Samples VmRSS now and every `everyMs`; the returned function stops and gives the series. */
 function sampleRss (pid: number, everyMs: number): () => number[] {
   const series = [statusMiB(pid, 'VmRSS')]
@@ -327,8 +336,11 @@ async function measure (server: Server, scenario: ScenarioName, round: number, s
   const scoped = resetPeak(server.pid)
   check(await wrk(server.port, script, WARMUP_SECONDS, options.connections), `${what} (warm-up)`)
   const stop = sampleRss(server.pid, 1000)
+  const ticksBefore = cpuTicks(0)
   const stats = check(await wrk(server.port, script, options.seconds, options.connections), what)
   const series = stop()
+  const ticksAfter = cpuTicks(0)
+  const stealPercent = Math.round((ticksAfter[1] - ticksBefore[1]) / (ticksAfter[0] - ticksBefore[0]) * 1000) / 10
   return {
     scenario,
     round,
@@ -342,7 +354,8 @@ async function measure (server: Server, scenario: ScenarioName, round: number, s
     rssEndMiB: series[series.length - 1],
     peakRssMiB: statusMiB(server.pid, 'VmHWM'),
     peakRssScope: scoped ? 'scenario' : 'process lifetime',
-    rssSeriesMiB: series
+    rssSeriesMiB: series,
+    stealPercent
   }
 }
 
@@ -370,14 +383,14 @@ function ratios (rows: Row[]): Partial<Record<ScenarioName, { median: number, ro
 }
 
 function printTable (rows: Row[], ratio: ReturnType<typeof ratios>): void {
-  const header = ['scenario', 'server', 'round', 'req/s', 'p50 ms', 'p99 ms', 'RSS start→end MiB', 'peak RSS MiB', 'service/reference']
+  const header = ['scenario', 'server', 'round', 'req/s', 'p50 ms', 'p99 ms', 'RSS start→end MiB', 'peak RSS MiB', 'CPU 0 steal %', 'service/reference']
   const ratioOf = (r: Row): string => {
     const service = r.requestsPerSecond
     const reference = rows.find(x => x.scenario === r.scenario && x.round === r.round && x.server === 'reference')?.requestsPerSecond
     return r.server === 'service' && reference !== undefined ? round3(service / reference).toFixed(3) : ''
   }
   const cells = rows.map(r => [r.label, r.server, String(r.round), String(r.requestsPerSecond), r.p50Ms.toFixed(2), r.p99Ms.toFixed(2),
-    `${r.rssStartMiB.toFixed(1)} → ${r.rssEndMiB.toFixed(1)}`, r.peakRssMiB.toFixed(1), ratioOf(r)])
+    `${r.rssStartMiB.toFixed(1)} → ${r.rssEndMiB.toFixed(1)}`, r.peakRssMiB.toFixed(1), r.stealPercent.toFixed(1), ratioOf(r)])
   const widths = header.map((h, i) => Math.max(h.length, ...cells.map(c => c[i].length)))
   const line = (c: string[]): string => c.map((text, i) => i < 2 ? text.padEnd(widths[i]) : text.padStart(widths[i])).join('  ')
   console.log([line(header), line(widths.map(w => '-'.repeat(w))), ...cells.map(line)].join('\n'))
