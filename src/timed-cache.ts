@@ -22,14 +22,6 @@ export class TimedCache<K, V> {
     this.entries.set(key, { value, at })
   }
 
-  delete (key: K): void {
-    this.entries.delete(key)
-  }
-
-  clear (): void {
-    this.entries.clear()
-  }
-
   get size (): number {
     return this.entries.size
   }
