@@ -367,16 +367,21 @@ function median (values: number[]): number {
 
 const round3 = (n: number): number => Math.round(n * 1000) / 1000
 
+/** The service's throughput over the reference's in one round of a scenario. */
+function roundRatio (rows: Row[], scenario: ScenarioName, round: number): number | undefined {
+  const of = (server: ServerName): number | undefined =>
+    rows.find(r => r.scenario === scenario && r.server === server && r.round === round)?.requestsPerSecond
+  const [service, reference] = [of('service'), of('reference')]
+  return service === undefined || reference === undefined ? undefined : round3(service / reference)
+}
+
 /** Per scenario: each round's service/reference ratio, and their median. */
 function ratios (rows: Row[]): Partial<Record<ScenarioName, { median: number, rounds: number[] }>> {
   const result: Partial<Record<ScenarioName, { median: number, rounds: number[] }>> = {}
   for (const scenario of new Set(rows.map(r => r.scenario))) {
-    const of = (server: ServerName, round: number): number | undefined =>
-      rows.find(r => r.scenario === scenario && r.server === server && r.round === round)?.requestsPerSecond
     const rounds = [...new Set(rows.filter(r => r.scenario === scenario).map(r => r.round))]
-      .map(round => [of('service', round), of('reference', round)])
-      .filter((pair): pair is [number, number] => pair[0] !== undefined && pair[1] !== undefined)
-      .map(([service, reference]) => round3(service / reference))
+      .map(round => roundRatio(rows, scenario, round))
+      .filter((ratio): ratio is number => ratio !== undefined)
     if (rounds.length > 0) result[scenario] = { median: round3(median(rounds)), rounds }
   }
   return result
@@ -384,11 +389,7 @@ function ratios (rows: Row[]): Partial<Record<ScenarioName, { median: number, ro
 
 function printTable (rows: Row[], ratio: ReturnType<typeof ratios>): void {
   const header = ['scenario', 'server', 'round', 'req/s', 'p50 ms', 'p99 ms', 'RSS start→end MiB', 'peak RSS MiB', 'CPU 0 steal %', 'service/reference']
-  const ratioOf = (r: Row): string => {
-    const service = r.requestsPerSecond
-    const reference = rows.find(x => x.scenario === r.scenario && x.round === r.round && x.server === 'reference')?.requestsPerSecond
-    return r.server === 'service' && reference !== undefined ? round3(service / reference).toFixed(3) : ''
-  }
+  const ratioOf = (r: Row): string => r.server === 'service' ? (roundRatio(rows, r.scenario, r.round)?.toFixed(3) ?? '') : ''
   const cells = rows.map(r => [r.label, r.server, String(r.round), String(r.requestsPerSecond), r.p50Ms.toFixed(2), r.p99Ms.toFixed(2),
     `${r.rssStartMiB.toFixed(1)} → ${r.rssEndMiB.toFixed(1)}`, r.peakRssMiB.toFixed(1), r.stealPercent.toFixed(1), ratioOf(r)])
   const widths = header.map((h, i) => Math.max(h.length, ...cells.map(c => c[i].length)))
