@@ -286,6 +286,10 @@ function wrk (port: number, script: string, seconds: number, connections: number
   })
 }
 
+function perSecond (stats: WrkStats): number {
+  return Math.round(stats.requests / (stats.durationUs / 1e6))
+}
+
 function check (stats: WrkStats, what: string): WrkStats {
   const socket = stats.connect + stats.read + stats.write + stats.timeout
   if (stats.non2xx > 0) throw new Error(`${what}: ${stats.non2xx} of ${stats.requests} responses were not 2xx; first: ${stats.sample ?? '?'}`)
@@ -347,7 +351,7 @@ async function measure (server: Server, scenario: ScenarioName, round: number, s
     label: SCENARIOS[scenario].label,
     server: server.name,
     requests: stats.requests,
-    requestsPerSecond: Math.round(stats.requests / (stats.durationUs / 1e6)),
+    requestsPerSecond: perSecond(stats),
     p50Ms: stats.p50Us / 1000,
     p99Ms: stats.p99Us / 1000,
     rssStartMiB: series[0],
@@ -419,7 +423,7 @@ async function soak (service: Server, script: string, seconds: number, options: 
   const series = stop()
   const verdict = growthVerdict(series)
   console.log(`\nSoak (${seconds} s POST /plants, service, VmRSS every 5 s, MiB): ${series.join(', ')}`)
-  console.log(`Soak: ${Math.round(stats.requests / (stats.durationUs / 1e6))} req/s; ${verdict.text}`)
+  console.log(`Soak: ${perSecond(stats)} req/s; ${verdict.text}`)
   return { seconds, requests: stats.requests, rssSeriesMiB: series, everySeconds: 5, grewOver10Percent: verdict.grew }
 }
 

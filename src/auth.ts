@@ -2,8 +2,8 @@ import { timingSafeEqual } from 'node:crypto'
 import type { FastifyInstance } from 'fastify'
 import { ApiError } from './errors.js'
 import type { Scope, Store, TokenRecord } from './store/store.js'
-import { TimedCache } from './timed-cache.js'
-import { digestOf, looksLikeToken, TOKEN_CACHE_MS } from './tokens.js'
+import { TokenCache, type Found } from './token-cache.js'
+import { digestOf, looksLikeToken } from './tokens.js'
 
 declare module 'fastify' {
   interface FastifyContextConfig {
@@ -16,32 +16,6 @@ declare module 'fastify' {
 }
 
 const BEARER = /^Bearer +(\S+) *$/i
-
-type Found = Awaited<ReturnType<Store['findToken']>>
-
-/**
- * Recent token lookups, kept for TOKEN_CACHE_MS: a store read per request costs more than the
- * rest of the check. Revocation by the CLI waits that long before it returns, so a revoked
- * token is refused from the first request after `tokens revoke` has finished; expiry is
- * checked on every request. Unknown tokens are not remembered: no memory spent on guessing.
- */
-class TokenCache {
-  private readonly recent = new TimedCache<string, Found>(TOKEN_CACHE_MS, 10_000)
-
-  constructor (private readonly store: Store) {}
-
-  /** The lookup if a fresh one is kept, else a promise of it: the usual case stays synchronous. */
-  lookup (digest: Buffer): Found | Promise<Found> {
-    const key = digest.toString('base64')
-    const now = performance.now()
-    const hit = this.recent.get(key, now)
-    if (hit !== undefined) return hit
-    return this.store.findToken(digest).then(found => {
-      if (found !== undefined) this.recent.set(key, found, now)
-      return found
-    })
-  }
-}
 
 /**
  * The token behind a lookup if it may make a request that needs `scope`. A missing, malformed,

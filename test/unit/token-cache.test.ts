@@ -1,0 +1,52 @@
+import assert from 'node:assert/strict'
+import { test } from 'node:test'
+import type { Store } from '../../src/store/store.js'
+import { TokenCache } from '../../src/token-cache.js'
+import { digestOf, TOKEN_CACHE_MS } from '../../src/tokens.js'
+
+/** A store that knows the tokens in `known` and counts its reads. */
+function countingStore (known: string[]): Store & { reads: number } {
+  const digests = new Set(known.map(token => digestOf(token).toString('hex')))
+  const store = {
+    reads: 0,
+    async findToken (digest: Buffer) {
+      store.reads++
+      if (!digests.has(digest.toString('hex'))) return undefined
+      return { digest, record: { id: 1, name: 'ci', scopes: ['plants:read' as const], createdAt: new Date(0) } }
+    }
+  }
+  return store as unknown as Store & { reads: number }
+}
+
+test('a found token is answered from memory, synchronously, for TOKEN_CACHE_MS from before its read', async () => {
+  const store = countingStore(['a'])
+  const cache = new TokenCache(store)
+  const first = cache.lookup(digestOf('a'), 1000)
+  assert.ok(first instanceof Promise)
+  assert.equal((await first)?.record.name, 'ci')
+  const again = cache.lookup(digestOf('a'), 1000 + TOKEN_CACHE_MS - 1)
+  assert.ok(!(again instanceof Promise))
+  assert.equal(again?.record.name, 'ci')
+  assert.equal(store.reads, 1)
+  assert.ok(cache.lookup(digestOf('a'), 1000 + TOKEN_CACHE_MS) instanceof Promise, 'stale at TOKEN_CACHE_MS')
+  assert.equal(store.reads, 2)
+})
+
+test('unknown tokens are read every time, never remembered', async () => {
+  const store = countingStore([])
+  const cache = new TokenCache(store)
+  assert.equal(await cache.lookup(digestOf('guess'), 0), undefined)
+  assert.equal(await cache.lookup(digestOf('guess'), 1), undefined)
+  assert.equal(store.reads, 2)
+})
+
+test('at 10,000 tokens the oldest makes room; memory stays bounded', async () => {
+  const tokens = Array.from({ length: 10_001 }, (_, i) => `t${i}`)
+  const store = countingStore(tokens)
+  const cache = new TokenCache(store)
+  for (const token of tokens) await cache.lookup(digestOf(token), 0)
+  assert.equal(store.reads, 10_001)
+  assert.ok(!(cache.lookup(digestOf('t10000'), 0) instanceof Promise), 'the newest is kept')
+  assert.ok(!(cache.lookup(digestOf('t1'), 0) instanceof Promise), 'the second oldest is kept')
+  assert.ok(cache.lookup(digestOf('t0'), 0) instanceof Promise, 'the oldest was evicted')
+})
