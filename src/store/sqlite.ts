@@ -4,7 +4,7 @@ import { dirname, extname } from 'node:path'
 import { Worker } from 'node:worker_threads'
 import { StoreUnavailableError } from '../errors.js'
 import { configure, migrate } from './sqlite-schema.js'
-import { rowToPlant, rowToToken, type PlantRow, type TokenRow } from './sqlite-rows.js'
+import { PLANT_COLUMNS, rowToPlant, rowToToken, type PlantRow, type TokenRow } from './sqlite-rows.js'
 import type { WriteRequest, WriteResult } from './sqlite-writer.js'
 import type { NewToken, Plant, PlantRecord, Store, TokenRecord } from './store.js'
 
@@ -19,10 +19,10 @@ function startWriter (path: string): Worker {
 
 /** The page queries: keyset pagination on the id (the rowid) or the (tag, id) index, never OFFSET. */
 export const LIST_SQL = {
-  first: 'SELECT id, name, tag FROM plants ORDER BY id LIMIT ?',
-  after: 'SELECT id, name, tag FROM plants WHERE id > ? ORDER BY id LIMIT ?',
-  tagFirst: 'SELECT id, name, tag FROM plants WHERE tag = ? ORDER BY id LIMIT ?',
-  tagAfter: 'SELECT id, name, tag FROM plants WHERE tag = ? AND id > ? ORDER BY id LIMIT ?'
+  first: `SELECT ${PLANT_COLUMNS} FROM plants ORDER BY id LIMIT ?`,
+  after: `SELECT ${PLANT_COLUMNS} FROM plants WHERE id > ? ORDER BY id LIMIT ?`,
+  tagFirst: `SELECT ${PLANT_COLUMNS} FROM plants WHERE tag = ? ORDER BY id LIMIT ?`,
+  tagAfter: `SELECT ${PLANT_COLUMNS} FROM plants WHERE tag = ? AND id > ? ORDER BY id LIMIT ?`
 }
 
 /**
@@ -47,11 +47,11 @@ export class SqliteStore implements Store {
     this.db = new Database(path, { readonly: true })
     configure(this.db)
     this.sql = {
-      getPlant: this.db.prepare('SELECT id, name, tag FROM plants WHERE id = ?'),
-      listFirst: this.db.prepare(LIST_SQL.first),
-      listAfter: this.db.prepare(LIST_SQL.after),
-      listTagFirst: this.db.prepare(LIST_SQL.tagFirst),
-      listTagAfter: this.db.prepare(LIST_SQL.tagAfter),
+      getPlant: this.db.prepare(`SELECT ${PLANT_COLUMNS} FROM plants WHERE id = ?`).raw(),
+      listFirst: this.db.prepare(LIST_SQL.first).raw(),
+      listAfter: this.db.prepare(LIST_SQL.after).raw(),
+      listTagFirst: this.db.prepare(LIST_SQL.tagFirst).raw(),
+      listTagAfter: this.db.prepare(LIST_SQL.tagAfter).raw(),
       findToken: this.db.prepare('SELECT * FROM tokens WHERE digest = ?').safeIntegers(false),
       listTokens: this.db.prepare('SELECT * FROM tokens ORDER BY id').safeIntegers(false),
       ping: this.db.prepare('SELECT 1')
