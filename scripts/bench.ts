@@ -173,9 +173,17 @@ async function startReference (token: string): Promise<Server> {
   return await startServer('reference', [script], { HOST: '127.0.0.1', REFERENCE_TOKEN_SHA256: digest })
 }
 
+/** The arguments after `node` in `npm start`: the bench runs the service as it ships, V8 flags included. */
+function startArguments (): string[] {
+  const start: string = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')).scripts.start
+  const [command, ...args] = start.split(/\s+/)
+  if (command !== 'node') throw new Error(`npm start should run node, not "${start}"`)
+  return args
+}
+
 async function startService (databaseUrl: string): Promise<Server> {
   const env = { HOST: '127.0.0.1', DATABASE_URL: databaseUrl, LOG_LEVEL, RATE_LIMIT_PER_MINUTE: '0' }
-  return await startServer('service', ['dist/cli/main.js', 'serve'], env)
+  return await startServer('service', startArguments(), env)
 }
 
 async function postPlant (port: number, token: string, id: number): Promise<void> {
@@ -429,7 +437,7 @@ async function soak (service: Server, script: string, seconds: number, options: 
 
 function notes (options: Options): string[] {
   return [
-    `Note: the service ran with LOG_LEVEL=${LOG_LEVEL} and RATE_LIMIT_PER_MINUTE=0 on a fresh SQLite file.`,
+    `Note: the service ran as npm start does (node ${startArguments().join(' ')}), with LOG_LEVEL=${LOG_LEVEL} and RATE_LIMIT_PER_MINUTE=0, on a fresh SQLite file.`,
     `Note: wrk -t1 -c${options.connections}; ${options.rounds} rounds per scenario, reference then service in each; ` +
       `${WARMUP_SECONDS} s warm-up then ${options.seconds} s measured per server and round; ` +
       (PINNED ? 'servers pinned to CPU 0, wrk to CPU 1.' : 'one CPU: nothing pinned.'),
