@@ -43,10 +43,11 @@ test('one failing write does not undo the others in its commit', async (t) => {
 test('list pages by id with after and tag; replace and remove', async (t) => {
   const store = openStore(t)
   for (const [id, tag] of [[3n, 'a'], [1n, 'b'], [2n, 'a'], [9223372036854775807n, 'a']] as const) await store.create({ id, name: `n${id}`, tag })
-  assert.deepEqual((await store.list({ limit: 2 })).map(p => p.id), [1n, 2n])
+  assert.deepEqual(await store.list({ limit: 2 }), [{ id: 1n, name: 'n1', tag: 'b' }, { id: 2n, name: 'n2', tag: 'a' }], 'whole records, columns in place')
   assert.deepEqual((await store.list({ limit: 10, after: 2n })).map(p => p.id), [3n, 9223372036854775807n])
   assert.deepEqual((await store.list({ limit: 10, tag: 'a', after: 2n })).map(p => p.id), [3n, 9223372036854775807n])
   assert.deepEqual(await store.replace(2n, { name: 'two' }), { id: 2n, name: 'two' })
+  assert.deepEqual(await store.get(2n), { id: 2n, name: 'two' }, 'no tag: no tag key, not tag: null')
   assert.equal(await store.replace(5n, { name: 'none' }), undefined)
   assert.equal(await store.remove(2n), true)
   assert.equal(await store.remove(2n), false)
