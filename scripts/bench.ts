@@ -181,9 +181,11 @@ function startArguments (): string[] {
   return args
 }
 
+const SERVICE_ARGUMENTS = startArguments()
+
 async function startService (databaseUrl: string): Promise<Server> {
   const env = { HOST: '127.0.0.1', DATABASE_URL: databaseUrl, LOG_LEVEL, RATE_LIMIT_PER_MINUTE: '0' }
-  return await startServer('service', startArguments(), env)
+  return await startServer('service', SERVICE_ARGUMENTS, env)
 }
 
 async function postPlant (port: number, token: string, id: number): Promise<void> {
@@ -437,7 +439,7 @@ async function soak (service: Server, script: string, seconds: number, options: 
 
 function notes (options: Options): string[] {
   return [
-    `Note: the service ran as npm start does (node ${startArguments().join(' ')}), with LOG_LEVEL=${LOG_LEVEL} and RATE_LIMIT_PER_MINUTE=0, on a fresh SQLite file.`,
+    `Note: the service ran as npm start does (node ${SERVICE_ARGUMENTS.join(' ')}), with LOG_LEVEL=${LOG_LEVEL} and RATE_LIMIT_PER_MINUTE=0, on a fresh SQLite file.`,
     `Note: wrk -t1 -c${options.connections}; ${options.rounds} rounds per scenario, reference then service in each; ` +
       `${WARMUP_SECONDS} s warm-up then ${options.seconds} s measured per server and round; ` +
       (PINNED ? 'servers pinned to CPU 0, wrk to CPU 1.' : 'one CPU: nothing pinned.'),

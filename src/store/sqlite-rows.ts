@@ -11,6 +11,9 @@ export type PlantRow = [id: bigint, name: string, tag: string | null]
 /** What every plant query selects, in PlantRow's order. */
 export const PLANT_COLUMNS = 'id, name, tag'
 
+/** One plant by id; the reader and the writer both ask it. */
+export const PLANT_BY_ID_SQL = `SELECT ${PLANT_COLUMNS} FROM plants WHERE id = ?`
+
 export interface TokenRow { id: number, name: string, scopes: string, created_at: number, expires_at: number | null, revoked_at: number | null }
 
 export function rowToPlant ([id, name, tag]: PlantRow): PlantRecord {

@@ -3,7 +3,7 @@
 import Database from 'better-sqlite3'
 import { parentPort, workerData } from 'node:worker_threads'
 import { configure } from './sqlite-schema.js'
-import { PLANT_COLUMNS, rowToPlant, rowToToken, type PlantRow, type TokenRow } from './sqlite-rows.js'
+import { PLANT_BY_ID_SQL, PLANT_COLUMNS, rowToPlant, rowToToken, type PlantRow, type TokenRow } from './sqlite-rows.js'
 import type { NewToken, Plant, PlantRecord } from './store.js'
 
 export interface WriteRequest { seq: number, op: keyof typeof operations, args: unknown[] }
@@ -14,7 +14,7 @@ configure(db)
 
 const sql = {
   insertPlant: db.prepare('INSERT INTO plants (id, name, tag) VALUES (?, ?, ?) ON CONFLICT (id) DO NOTHING'),
-  getPlant: db.prepare(`SELECT ${PLANT_COLUMNS} FROM plants WHERE id = ?`).raw(),
+  getPlant: db.prepare(PLANT_BY_ID_SQL).raw(),
   replacePlant: db.prepare(`UPDATE plants SET name = ?, tag = ? WHERE id = ? RETURNING ${PLANT_COLUMNS}`).raw(),
   removePlant: db.prepare('DELETE FROM plants WHERE id = ?'),
   insertToken: db.prepare('INSERT INTO tokens (name, digest, scopes, created_at, expires_at) VALUES (?, ?, ?, ?, ?) RETURNING *').safeIntegers(false),

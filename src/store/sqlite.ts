@@ -4,7 +4,7 @@ import { dirname, extname } from 'node:path'
 import { Worker } from 'node:worker_threads'
 import { StoreUnavailableError } from '../errors.js'
 import { configure, migrate } from './sqlite-schema.js'
-import { PLANT_COLUMNS, rowToPlant, rowToToken, type PlantRow, type TokenRow } from './sqlite-rows.js'
+import { PLANT_BY_ID_SQL, PLANT_COLUMNS, rowToPlant, rowToToken, type PlantRow, type TokenRow } from './sqlite-rows.js'
 import type { WriteRequest, WriteResult } from './sqlite-writer.js'
 import type { NewToken, Plant, PlantRecord, Store, TokenRecord } from './store.js'
 
@@ -47,7 +47,7 @@ export class SqliteStore implements Store {
     this.db = new Database(path, { readonly: true })
     configure(this.db)
     this.sql = {
-      getPlant: this.db.prepare(`SELECT ${PLANT_COLUMNS} FROM plants WHERE id = ?`).raw(),
+      getPlant: this.db.prepare(PLANT_BY_ID_SQL).raw(),
       listFirst: this.db.prepare(LIST_SQL.first).raw(),
       listAfter: this.db.prepare(LIST_SQL.after).raw(),
       listTagFirst: this.db.prepare(LIST_SQL.tagFirst).raw(),
