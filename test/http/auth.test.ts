@@ -121,3 +121,18 @@ test('rate limit: past RATE_LIMIT_PER_MINUTE a token gets 429 with Retry-After',
   assert.ok(limited !== undefined && isErrorBody(limited, 429))
   assert.match(limited.headers.get('retry-after') ?? '', /^\d+$/)
 })
+
+test('a write refused by the rate limit stores nothing; other tokens are counted apart', async (t) => {
+  const server = await startServer(t, { env: { RATE_LIMIT_PER_MINUTE: '3' } })
+  const reader = cli(server.dir, ['tokens', 'create', '--name', 'reader', '--scope', 'plants:read']).stdout.trim()
+  let refused: number | undefined
+  // Seven writes span at most two one-minute windows of three, so at least one is refused.
+  for (let id = 1; id <= 7 && refused === undefined; id++) {
+    const answer = await call(server, 'POST', '/plants', { body: { id, name: `p${id}` } })
+    if (answer.status === 429) refused = id
+    else assert.equal(answer.status, 200)
+  }
+  assert.ok(refused !== undefined, 'one write was refused')
+  assert.ok(isErrorBody(await call(server, 'GET', `/plants/${refused}`, { token: reader }), 404), 'the refused plant was not stored')
+  assert.equal((await call(server, 'GET', '/plants/1', { token: reader })).status, 200, 'the reader has its own count')
+})
