@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict'
 import { join } from 'node:path'
 import { test } from 'node:test'
+import { StoreUnavailableError } from '../../src/errors.js'
 import { SqliteStore } from '../../src/store/sqlite.js'
 import { tempDir } from '../helpers.js'
 
@@ -27,6 +28,32 @@ test('writes made in one turn of the event loop share one commit', async (t) => 
   assert.ok(outcomes.every(outcome => outcome === 'created'))
   assert.equal(store.stats.writes - before.writes, 200)
   assert.equal(store.stats.transactions - before.transactions, 1)
+})
+
+test('reads asked for in one turn run as one batch, each answered with its own record', async (t) => {
+  const store = openStore(t)
+  for (const id of [1n, 2n, 3n]) await store.create({ id, name: `n${id}`, ...(id === 2n ? {} : { tag: 't' }) })
+  const before = { ...store.stats }
+  const ids = Array.from({ length: 60 }, (_, i) => BigInt(i % 5)) // 0 and 4 do not exist
+  const [page, ...plants] = await Promise.all([store.list({ limit: 10, tag: 't' }), ...ids.map(id => store.get(id))])
+  assert.deepEqual(page, [{ id: 1n, name: 'n1', tag: 't' }, { id: 3n, name: 'n3', tag: 't' }])
+  assert.deepEqual(plants, ids.map(id => id === 0n || id === 4n ? undefined : { id, name: `n${id}`, ...(id === 2n ? {} : { tag: 't' }) }))
+  assert.equal(store.stats.reads - before.reads, 61)
+  assert.equal(store.stats.readBatches - before.readBatches, 1)
+  assert.deepEqual(await store.get(3n), { id: 3n, name: 'n3', tag: 't' }, 'a later turn reads again')
+  assert.equal(store.stats.readBatches - before.readBatches, 2)
+})
+
+test('reads still waiting when the store closes are answered; reads after it are refused', async (t) => {
+  const path = join(tempDir(t), 'plantstore.db')
+  const writer = new SqliteStore(path)
+  await writer.create({ id: 1n, name: 'Fern' })
+  await writer.close()
+  const store = new SqliteStore(path) // has never written, so it closes without waiting for a writer thread
+  const waiting = store.get(1n)
+  await store.close()
+  assert.deepEqual(await waiting, { id: 1n, name: 'Fern' })
+  await assert.rejects(store.get(1n), StoreUnavailableError)
 })
 
 test('one failing write does not undo the others in its commit', async (t) => {
