@@ -17,6 +17,9 @@ function startWriter (path: string): Worker {
   return new Worker(bootstrap, { eval: true, workerData: { path } })
 }
 
+/** A caller waiting for the store: the settling functions of its promise. */
+interface Waiter { resolve: (value: unknown) => void, reject: (error: Error) => void }
+
 /** The page queries: keyset pagination on the id (the rowid) or the (tag, id) index, never OFFSET. */
 export const LIST_SQL = {
   first: `SELECT ${PLANT_COLUMNS} FROM plants ORDER BY id LIMIT ?`,
@@ -33,7 +36,7 @@ export class SqliteStore implements Store {
   private readonly db: Database.Database
   private readonly sql
   private worker?: Worker
-  private readonly waiting = new Map<number, { resolve: (value: unknown) => void, reject: (error: Error) => void }>()
+  private readonly waiting = new Map<number, Waiter>()
   private seq = 0
   /**
    * Writer transactions (one commit, one fsync each) and the writes they carried: writes /
@@ -41,7 +44,7 @@ export class SqliteStore implements Store {
    */
   readonly stats = { transactions: 0, writes: 0, readBatches: 0, reads: 0 }
   private outbox: WriteRequest[] = []
-  private pendingReads: Array<{ query: () => unknown, resolve: (value: unknown) => void, reject: (error: Error) => void }> = []
+  private pendingReads: Array<Waiter & { query: () => unknown }> = []
   private closed = false
 
   /** Opens (creating and migrating if needed) the database file at `path`. */
@@ -151,7 +154,16 @@ export class SqliteStore implements Store {
         }
       }
     } finally {
-      if (this.db.inTransaction) this.sql.end.run()
+      if (this.db.inTransaction) this.endReads()
+    }
+  }
+
+  /** Ends a batch's snapshot. Ending a read hardly fails; if it does, a rollback ends it as well, so the next batch can begin. */
+  private endReads (): void {
+    try {
+      this.sql.end.run()
+    } catch {
+      this.db.exec('ROLLBACK')
     }
   }
 
