@@ -1,4 +1,5 @@
 import assert from 'node:assert/strict'
+import Database from 'better-sqlite3'
 import { join } from 'node:path'
 import { test } from 'node:test'
 import { StoreUnavailableError } from '../../src/errors.js'
@@ -42,6 +43,24 @@ test('reads asked for in one turn run as one batch, each answered with its own r
   assert.equal(store.stats.readBatches - before.readBatches, 1)
   assert.deepEqual(await store.get(3n), { id: 3n, name: 'n3', tag: 't' }, 'a later turn reads again')
   assert.equal(store.stats.readBatches - before.readBatches, 2)
+})
+
+test('the reads of one batch share one snapshot: a commit made meanwhile shows in the next batch', async (t) => {
+  const path = join(tempDir(t), 'plantstore.db')
+  const store = new SqliteStore(path)
+  const other = new Database(path) // another process's connection, committing in the middle of a batch
+  t.after(async () => { other.close(); await store.close() })
+  await store.create({ id: 1n, name: 'Fern' })
+  const read = (store as unknown as { read: <T>(query: () => T) => Promise<T> }).read.bind(store)
+  const [first, committed, second] = await Promise.all([
+    store.get(1n), // the batch's first statement takes the snapshot
+    read(() => other.prepare("INSERT INTO plants (id, name) VALUES (2, 'Moss')").run().changes),
+    store.get(2n)
+  ])
+  assert.deepEqual(first, { id: 1n, name: 'Fern' })
+  assert.equal(committed, 1)
+  assert.equal(second, undefined, 'the batch\'s snapshot predates the commit')
+  assert.deepEqual(await store.get(2n), { id: 2n, name: 'Moss' })
 })
 
 test('reads still waiting when the store closes are answered; reads after it are refused', async (t) => {
