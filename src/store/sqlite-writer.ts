@@ -4,10 +4,16 @@ import Database from 'better-sqlite3'
 import { parentPort, workerData } from 'node:worker_threads'
 import { configure } from './sqlite-schema.js'
 import { PLANT_BY_ID_SQL, PLANT_COLUMNS, rowToPlant, rowToToken, type PlantRow, type TokenRow } from './sqlite-rows.js'
-import type { NewToken, Plant, PlantRecord } from './store.js'
+import type { NewToken } from './store.js'
 
-export interface WriteRequest { seq: number, op: keyof typeof operations, args: unknown[] }
-export type WriteResult = { seq: number, ok: true, value: unknown } | { seq: number, ok: false, unavailable: boolean, message: string }
+// Writes and results cross threads as tuples, not objects: a structured clone of an object
+// writes out every key, and with those gone a write costs ~15% less CPU (see the README).
+/** A write on its way to the writer: its sequence number, the operation, the operation's arguments. */
+export type WriteRequest = [seq: number, op: keyof typeof operations, args: unknown[]]
+/** How a write ended: done; refused by storage trouble (503); failed otherwise (a bug: 500). */
+export type Outcome = 'done' | 'unavailable' | 'failed'
+/** A write's result on its way back: its sequence number, how it ended, and its value or the error's message. */
+export type WriteResult = [seq: number, outcome: Outcome, valueOrMessage: unknown]
 
 const db = new Database(workerData.path as string)
 configure(db)
@@ -30,13 +36,13 @@ function tokenParams (token: NewToken): unknown[] {
 
 const operations = {
   ping: () => true,
-  create: (plant: PlantRecord) => {
-    if (sql.insertPlant.run(plant.id, plant.name, plant.tag ?? null).changes === 1) return 'created'
-    const stored = rowToPlant(sql.getPlant.get(plant.id) as PlantRow)
-    return stored.name === plant.name && stored.tag === plant.tag ? 'same' : 'conflict'
+  create: (id: bigint, name: string, tag: string | null) => {
+    if (sql.insertPlant.run(id, name, tag).changes === 1) return 'created'
+    const [, storedName, storedTag] = sql.getPlant.get(id) as PlantRow
+    return storedName === name && storedTag === tag ? 'same' : 'conflict'
   },
-  replace: (id: bigint, plant: Plant) => {
-    const row = sql.replacePlant.get(plant.name, plant.tag ?? null, id) as PlantRow | undefined
+  replace: (id: bigint, name: string, tag: string | null) => {
+    const row = sql.replacePlant.get(name, tag, id) as PlantRow | undefined
     return row === undefined ? undefined : rowToPlant(row)
   },
   remove: (id: bigint) => sql.removePlant.run(id).changes === 1,
@@ -62,17 +68,20 @@ function isUnavailable (error: unknown): boolean {
 }
 
 function failure (seq: number, error: unknown): WriteResult {
-  return { seq, ok: false, unavailable: isUnavailable(error), message: error instanceof Error ? error.message : String(error) }
+  return [seq, isUnavailable(error) ? 'unavailable' : 'failed', error instanceof Error ? error.message : String(error)]
 }
 
-// Each request runs in a savepoint of the batch's transaction: one failing request
-// does not undo the others, and the whole batch costs one commit, so one fsync.
-const runOne = db.transaction((request: WriteRequest) => (operations[request.op] as (...args: unknown[]) => unknown)(...request.args))
-const runBatch = db.transaction((batch: WriteRequest[]): WriteResult[] => batch.map(request => {
+// One transaction, so one commit and one fsync, for the whole batch. No savepoint per write
+// (they cost ~12% of a write): each operation changes rows with one statement at most, and
+// SQLite undoes a failed statement by itself, so a failing write leaves the others intact.
+// Some errors (a full disk, an I/O error) make SQLite roll back the whole transaction: then
+// the batch stops there and every write in it is answered with the error.
+const runBatch = db.transaction((batch: WriteRequest[]): WriteResult[] => batch.map(([seq, op, args]) => {
   try {
-    return { seq: request.seq, ok: true, value: runOne(request) }
+    return [seq, 'done', (operations[op] as (...args: unknown[]) => unknown)(...args)]
   } catch (error) {
-    return failure(request.seq, error)
+    if (!db.inTransaction) throw error
+    return failure(seq, error)
   }
 }))
 
@@ -85,7 +94,7 @@ function flush (): void {
   try {
     results = runBatch(batch)
   } catch (error) {
-    results = batch.map(request => failure(request.seq, error))
+    results = batch.map(([seq]) => failure(seq, error))
   }
   parentPort!.postMessage(results)
 }

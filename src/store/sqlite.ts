@@ -73,7 +73,7 @@ export class SqliteStore implements Store {
     worker.on('message', (results: WriteResult[]) => {
       this.stats.transactions++
       this.stats.writes += results.length
-      for (const result of results) this.settle(result)
+      for (const [seq, outcome, valueOrMessage] of results) this.settle(seq, outcome, valueOrMessage)
     })
     const lost = (error: Error): void => {
       if (this.worker !== worker) return
@@ -87,20 +87,20 @@ export class SqliteStore implements Store {
     return worker
   }
 
-  private settle (result: WriteResult): void {
-    const waiter = this.waiting.get(result.seq)
-    this.waiting.delete(result.seq)
-    if (result.ok) waiter?.resolve(result.value)
-    else waiter?.reject(result.unavailable ? new StoreUnavailableError(result.message) : new Error(result.message))
+  private settle (...[seq, outcome, valueOrMessage]: WriteResult): void {
+    const waiter = this.waiting.get(seq)
+    this.waiting.delete(seq)
+    if (outcome === 'done') waiter?.resolve(valueOrMessage)
+    else waiter?.reject(outcome === 'unavailable' ? new StoreUnavailableError(valueOrMessage as string) : new Error(valueOrMessage as string))
   }
 
-  private write<T> (op: WriteRequest['op'], ...args: unknown[]): Promise<T> {
+  private write<T> (op: WriteRequest[1], ...args: unknown[]): Promise<T> {
     const seq = ++this.seq
     return new Promise<T>((resolve, reject) => {
       this.waiting.set(seq, { resolve: resolve as (value: unknown) => void, reject })
       // Writes made in one turn of the event loop travel as one message: fewer messages to
       // clone and wake up for, and the writer sees them together, so they share a commit.
-      this.outbox.push({ seq, op, args })
+      this.outbox.push([seq, op, args])
       if (this.outbox.length === 1) setImmediate(() => this.send())
     })
   }
@@ -110,7 +110,7 @@ export class SqliteStore implements Store {
     this.outbox = []
     if (batch.length === 0) return
     if (this.closed) {
-      for (const { seq } of batch) this.settle({ seq, ok: false, unavailable: true, message: 'The store is closed.' })
+      for (const [seq] of batch) this.settle(seq, 'unavailable', 'The store is closed.')
       return
     }
     this.writer().postMessage(batch)
@@ -168,7 +168,7 @@ export class SqliteStore implements Store {
   }
 
   create (plant: PlantRecord): Promise<'created' | 'same' | 'conflict'> {
-    return this.write('create', plant)
+    return this.write('create', plant.id, plant.name, plant.tag ?? null)
   }
 
   get (id: bigint): Promise<PlantRecord | undefined> {
@@ -188,7 +188,7 @@ export class SqliteStore implements Store {
   }
 
   replace (id: bigint, plant: Plant): Promise<PlantRecord | undefined> {
-    return this.write('replace', id, plant)
+    return this.write('replace', id, plant.name, plant.tag ?? null)
   }
 
   remove (id: bigint): Promise<boolean> {
