@@ -86,6 +86,22 @@ test('one failing write does not undo the others in its commit', async (t) => {
   assert.equal((await store.list({ limit: 10 })).length, 2)
 })
 
+test('a write that makes SQLite roll back the whole transaction fails its whole batch, and nothing of the batch is stored', async (t) => {
+  const path = join(tempDir(t), 'plantstore.db')
+  const store = new SqliteStore(path)
+  const other = new Database(path) // plants a trigger that rolls back the writer's transaction, as a full disk would
+  t.after(async () => { other.close(); await store.close() })
+  other.exec("CREATE TRIGGER boom BEFORE INSERT ON plants WHEN NEW.name = 'boom' BEGIN SELECT RAISE(ROLLBACK, 'boom'); END")
+  const results = await Promise.allSettled([
+    store.create({ id: 1n, name: 'first' }),
+    store.create({ id: 2n, name: 'boom' }),
+    store.create({ id: 3n, name: 'after' })
+  ])
+  assert.deepEqual(results.map(r => r.status), ['rejected', 'rejected', 'rejected'], 'none is reported stored')
+  assert.deepEqual(await store.list({ limit: 10 }), [], 'and none is: the write after it did not run on its own')
+  assert.equal(await store.create({ id: 4n, name: 'next' }), 'created', 'the next batch commits as usual')
+})
+
 test('list pages by id with after and tag; replace and remove', async (t) => {
   const store = openStore(t)
   for (const [id, tag] of [[3n, 'a'], [1n, 'b'], [2n, 'a'], [9223372036854775807n, 'a']] as const) await store.create({ id, name: `n${id}`, tag })
