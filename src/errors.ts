@@ -1,6 +1,7 @@
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { STATUS_CODES } from 'node:http'
 import type { Socket } from 'node:net'
+import type { Logger } from 'pino'
 import { allowedMethods } from './contract.js'
 
 /** Every named failure, once: its status and the sentence the client reads. */
@@ -105,10 +106,10 @@ function send (reply: FastifyReply, failure: ApiError): FastifyReply {
 }
 
 /** Replaces Fastify's and Node's error replies with the Error body, everywhere. */
-export function installErrorHandling (app: FastifyInstance): void {
+export function installErrorHandling (app: FastifyInstance, log: Logger): void {
   app.setErrorHandler((error: FastifyError, request: FastifyRequest, reply: FastifyReply) => {
     const failure = toApiError(error)
-    if (failure.status >= 500) request.log.error({ reqId: request.id, err: error }, 'request failed')
+    if (failure.status >= 500) log.error({ reqId: request.id, err: error }, 'request failed')
     return send(reply, failure)
   })
 

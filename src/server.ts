@@ -36,17 +36,19 @@ export async function serve (config: Config): Promise<void> {
   // Asynchronous log writes: lines written while one write is under way go out together in the
   // next, so under load logging costs a syscall per batch, not per request. Flushed on shutdown.
   const logStream = pino.destination({ dest: 1, sync: false })
-  const app = await buildApp({ config, store, logStream })
+  const log = pino({ level: config.logLevel }, logStream)
+  const app = await buildApp({ config, store, log })
   const token = await bootstrapToken(store)
   await app.listen({ port: config.port, host: config.host })
   const address = app.server.address()
   const url = typeof address === 'object' && address !== null
     ? `http://${address.family === 'IPv6' ? `[${address.address}]` : address.address}:${address.port}`
     : `http://${config.host}:${config.port}`
+  log.info(`Server listening at ${url}`) // Fastify's own words, which scripts may already watch for
   if (token !== undefined) process.stderr.write(banner(token, url))
 
   const fail = (error: unknown): void => {
-    app.log.error({ err: error }, 'shutdown failed')
+    log.error({ err: error }, 'shutdown failed')
     logStream.flushSync()
     process.exit(1)
   }
@@ -54,7 +56,7 @@ export async function serve (config: Config): Promise<void> {
   const shutdown = async (signal: string): Promise<void> => {
     if (closing) return
     closing = true
-    app.log.info({ signal }, 'stopping: no new connections, finishing requests in flight')
+    log.info({ signal }, 'stopping: no new connections, finishing requests in flight')
     await app.close() // stops accepting, waits for requests in flight
     await store.close() // the writer thread commits what it holds
     logStream.flushSync()
