@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict'
 import { test } from 'node:test'
+import pino from 'pino'
 import { buildApp } from '../../src/app.js'
 import { StoreUnavailableError } from '../../src/errors.js'
 import type { Store } from '../../src/store/store.js'
@@ -20,4 +21,21 @@ test('an unreachable store is 503 with Retry-After and the Error body, never its
     assert.equal(res.json().error, 503)
     assert.doesNotMatch(res.body, /secret|unplugged/)
   }
+})
+
+test('a bug is 500 with the Error body; the log has the error and the request id, the answer neither', async (t) => {
+  const lines: string[] = []
+  const log = pino({ level: 'warn' }, { write: (line: string) => { lines.push(line) } })
+  const buggyStore = new Proxy({}, { get: () => async () => { throw new TypeError('undefined is not a plant at /secret/path') } }) as Store
+  const app = await buildApp({ config: { logLevel: 'warn', rateLimitPerMinute: 0 }, store: buggyStore, log })
+  t.after(() => app.close())
+  const res = await app.inject({ method: 'GET', url: '/readyz' })
+  assert.equal(res.statusCode, 500)
+  assert.deepEqual(Object.keys(res.json()).sort(), ['error', 'message'])
+  assert.doesNotMatch(res.body, /secret|plant at/)
+  assert.equal(lines.length, 1, 'one line: the failure, no request line at warn')
+  const line = JSON.parse(lines[0])
+  assert.equal(line.msg, 'request failed')
+  assert.match(line.reqId, /^[0-9a-f-]{36}$/)
+  assert.match(line.err.message, /undefined is not a plant/)
 })
