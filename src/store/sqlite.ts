@@ -5,7 +5,7 @@ import { Worker } from 'node:worker_threads'
 import { StoreUnavailableError } from '../errors.js'
 import { configure, migrate } from './sqlite-schema.js'
 import { PLANT_BY_ID_SQL, PLANT_COLUMNS, rowToPlant, rowToToken, type PlantRow, type TokenRow } from './sqlite-rows.js'
-import type { WriteRequest, WriteResult } from './sqlite-writer.js'
+import type { Outcome, WriteRequest, WriteResult } from './sqlite-writer.js'
 import type { NewToken, Plant, PlantRecord, Store, TokenRecord } from './store.js'
 
 const WRITER = new URL(`./sqlite-writer${extname(import.meta.url)}`, import.meta.url)
@@ -87,7 +87,7 @@ export class SqliteStore implements Store {
     return worker
   }
 
-  private settle (...[seq, outcome, valueOrMessage]: WriteResult): void {
+  private settle (seq: number, outcome: Outcome, valueOrMessage: unknown): void {
     const waiter = this.waiting.get(seq)
     this.waiting.delete(seq)
     if (outcome === 'done') waiter?.resolve(valueOrMessage)
