@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict'
 import Database from 'better-sqlite3'
+import { readdirSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { test } from 'node:test'
 import { StoreUnavailableError } from '../../src/errors.js'
@@ -141,4 +142,22 @@ test('a write by another process on the same file shows on the next read', async
   assert.deepEqual(await server.get(1n), { id: 1n, name: 'Moss' })
   await other.remove(1n)
   assert.equal(await server.get(1n), undefined)
+})
+
+/** Each thread of this process and its nice value (the 19th field of its stat line). */
+function niceByThread (): Map<string, number> {
+  return new Map(readdirSync('/proc/self/task').map(tid => {
+    const stat = readFileSync(`/proc/self/task/${tid}/stat`, 'utf8')
+    return [tid, Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[16])]
+  }))
+}
+
+const canRaisePriority = process.platform === 'linux' && process.getuid?.() === 0
+test('the writer thread runs ahead of the event loop where the OS permits it', { skip: canRaisePriority ? false : 'needs Linux and root' }, async (t) => {
+  const before = niceByThread()
+  const store = openStore(t)
+  await store.create({ id: 1n, name: 'Fern' }) // the first write starts the writer
+  const started = [...niceByThread()].filter(([tid]) => !before.has(tid)).map(([, nice]) => nice)
+  assert.ok(started.includes(-10), `threads started: nice ${started.join(', ')}`)
+  assert.equal(niceByThread().get(String(process.pid)), 0, 'the event loop keeps its priority')
 })
