@@ -1,6 +1,6 @@
 // Throughput, latency and memory of plantstore against scripts/reference-server.ts, which does
 // the same request work without storage. Usage: npm run bench, with these optional settings:
-//   BENCH_SECONDS (10)  BENCH_ROUNDS (3)  BENCH_CONNECTIONS (64)  BENCH_ONLY (post,get,list)  BENCH_SOAK_SECONDS (off)
+//   BENCH_SECONDS (10)  BENCH_ROUNDS (5)  BENCH_CONNECTIONS (64)  BENCH_ONLY (post,get,list)  BENCH_SOAK_SECONDS (off)
 // Each scenario runs in rounds, reference then service in each, so that both meet the same
 // machine: on a shared VM throughput drifts by ±20% from minute to minute. The ratio reported
 // is the median of the rounds' ratios.
@@ -76,7 +76,7 @@ function readOptions (): Options {
   const unknown = only.find(s => !(s in SCENARIOS))
   if (unknown !== undefined || only.length === 0) throw new Error(`BENCH_ONLY takes a comma list of post, get, list, not "${process.env.BENCH_ONLY}"`)
   const soakSeconds = process.env.BENCH_SOAK_SECONDS === undefined ? 0 : positive('BENCH_SOAK_SECONDS', 0)
-  return { seconds: positive('BENCH_SECONDS', 10), rounds: positive('BENCH_ROUNDS', 3), connections: positive('BENCH_CONNECTIONS', 64), only: only as ScenarioName[], soakSeconds }
+  return { seconds: positive('BENCH_SECONDS', 10), rounds: positive('BENCH_ROUNDS', 5), connections: positive('BENCH_CONNECTIONS', 64), only: only as ScenarioName[], soakSeconds }
 }
 
 function checkTools (): void {
