@@ -17,14 +17,14 @@ export type Outcome = 'done' | 'unavailable' | 'failed'
 /** A write's result on its way back: its sequence number, how it ended, and its value or the error's message. */
 export type WriteResult = [seq: number, outcome: Outcome, valueOrMessage: unknown]
 
-/** The writer's nice value where the OS permits it: ahead of the event loop (0), which it waits on never. */
+/** The writer's nice value where the OS permits it; the event loop keeps the default, 0. */
 const WRITER_NICE = -10
 
 /**
  * Every write in a commit waits while the commit waits for a CPU, so the writer should run as
  * soon as a batch arrives, not when the event loop next sleeps. On a busy core at equal priority
  * it did not: the writer took everything at once, then the event loop had nothing to do during
- * the fsync (POST throughput +15% with the service pinned to one core; see the README). Linux
+ * the fsync (POST throughput +9 to +16% with the service pinned to one core; see the README). Linux
  * lets a thread's priority be raised with CAP_SYS_NICE (root has it); elsewhere, or without it,
  * the writer keeps the default.
  */
