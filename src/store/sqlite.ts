@@ -17,6 +17,11 @@ function startWriter (path: string): Worker {
   return new Worker(bootstrap, { eval: true, workerData: { path } })
 }
 
+/** A read's failure as the caller sees it: storage trouble, answered 503. */
+function unavailable (error: unknown): StoreUnavailableError {
+  return new StoreUnavailableError((error as Error).message)
+}
+
 /** A caller waiting for the store: the settling functions of its promise. */
 interface Waiter { resolve: (value: unknown) => void, reject: (error: Error) => void }
 
@@ -136,7 +141,6 @@ export class SqliteStore implements Store {
     const batch = this.pendingReads
     this.pendingReads = []
     if (batch.length === 0) return
-    const unavailable = (error: unknown): StoreUnavailableError => new StoreUnavailableError((error as Error).message)
     try {
       this.sql.begin.run()
     } catch (error) {
