@@ -1,11 +1,13 @@
+import { isUtf8 } from 'node:buffer'
 import { randomUUID } from 'node:crypto'
 import Fastify, { type FastifyInstance } from 'fastify'
 import pino, { type Logger } from 'pino'
 import { installAuth } from './auth.js'
 import type { Config } from './config.js'
 import { validatorCompiler } from './contract.js'
-import { ApiError, clientErrorHandler, installErrorHandling } from './errors.js'
-import { parseJson } from './json.js'
+import { installEdgeChecks } from './edge.js'
+import { ApiError, clientErrorHandler, frameworkErrorHandler, installErrorHandling } from './errors.js'
+import { JsonError, parseJson } from './json.js'
 import { installRateLimit } from './rate-limit.js'
 import { plants } from './routes/plants.js'
 import { system } from './routes/system.js'
@@ -13,11 +15,20 @@ import type { Store } from './store/store.js'
 
 export const BODY_LIMIT = 64 * 1024
 
+/** How long an idle keep-alive connection stays open: above the 60 s idle timeout of common load balancers. */
+export const KEEP_ALIVE_TIMEOUT_MS = 72_000
+
 export interface AppOptions {
-  config: Pick<Config, 'logLevel' | 'rateLimitPerMinute'>
+  config: Pick<Config, 'logLevel' | 'rateLimitPerMinute' | 'requestTimeout'>
   store: Store
   /** The service's logger; by default one at `config.logLevel` on stdout. */
   log?: Logger
+}
+
+/** True unless the content type names a charset other than UTF-8 (JSON is UTF-8, RFC 8259). */
+function isUtf8Charset (contentType: string | undefined): boolean {
+  const charset = /;\s*charset\s*=\s*"?([^";\s]*)/i.exec(contentType ?? '')?.[1]
+  return charset === undefined || /^utf-?8$/i.test(charset)
 }
 
 /** The whole service as a Fastify instance. It never listens: the caller decides where. */
@@ -28,7 +39,18 @@ export async function buildApp ({ config, store, log = pino({ level: config.logL
     logger: false,
     genReqId: () => randomUUID(),
     bodyLimit: BODY_LIMIT,
-    clientErrorHandler,
+    // A request's headers and body must arrive within REQUEST_TIMEOUT, or it is answered 408
+    // (clientErrorHandler) and its connection closed. Node checks at connectionsCheckingInterval.
+    requestTimeout: config.requestTimeout * 1000,
+    keepAliveTimeout: KEEP_ALIVE_TIMEOUT_MS,
+    http: {
+      headersTimeout: config.requestTimeout * 1000,
+      connectionsCheckingInterval: Math.min(1000, config.requestTimeout * 250),
+      // Node would answer a request without Host with an empty 400; the edge check answers it.
+      requireHostHeader: false
+    },
+    clientErrorHandler: clientErrorHandler(log),
+    frameworkErrors: frameworkErrorHandler(log),
     // Requests still arriving while closing are served, not refused with Fastify's own body.
     return503OnClosing: false
   })
@@ -51,17 +73,23 @@ export async function buildApp ({ config, store, log = pino({ level: config.logL
   app.setValidatorCompiler(validatorCompiler)
   installErrorHandling(app, log)
 
-  // JSON only: any other content type is answered 415.
+  // JSON only: any other content type is answered 415. One reader for every body (src/json.ts),
+  // over bytes that must be UTF-8: text that cannot be stored exactly is refused, not replaced.
   app.removeAllContentTypeParsers()
-  app.addContentTypeParser('application/json', { parseAs: 'string' }, (_request, text, done) => {
-    if ((text as string).trim() === '') return done(new ApiError('emptyBody'), undefined)
+  app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (request, bytes, done) => {
+    const body = bytes as Buffer
+    if (!isUtf8Charset(request.headers['content-type'])) return done(new ApiError('unsupportedCharset'), undefined)
+    if (!isUtf8(body)) return done(new ApiError('invalidText'), undefined)
+    const text = body.toString('utf8')
+    if (text.trim() === '') return done(new ApiError('emptyBody'), undefined)
     try {
-      done(null, parseJson(text as string))
-    } catch {
-      done(new ApiError('invalidJson'), undefined)
+      done(null, parseJson(text))
+    } catch (error) {
+      done(new ApiError('invalidJson', error instanceof JsonError ? error.message : undefined), undefined)
     }
   })
 
+  installEdgeChecks(app, log)
   installAuth(app, store)
   installRateLimit(app, config.rateLimitPerMinute)
   await app.register(system, { store })

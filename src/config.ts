@@ -12,6 +12,10 @@ export interface Config {
   logLevel: string
   /** Requests per token per minute; 0 turns the limit off. Default 60000. */
   rateLimitPerMinute: number
+  /** Seconds a request's headers and body may take to arrive before it is answered 408. Default 10. */
+  requestTimeout: number
+  /** Seconds from SIGTERM to exit, whatever clients do; requests in flight get that long to finish. Default 10. */
+  shutdownTimeout: number
 }
 
 /** A configuration value that cannot be used: the message is the one line shown at start. */
@@ -53,7 +57,9 @@ const table = {
       return t
     }
   },
-  rateLimitPerMinute: { env: 'RATE_LIMIT_PER_MINUTE', fallback: '60000', parse: (t: string) => integer('RATE_LIMIT_PER_MINUTE', t, 0, 1e9) }
+  rateLimitPerMinute: { env: 'RATE_LIMIT_PER_MINUTE', fallback: '60000', parse: (t: string) => integer('RATE_LIMIT_PER_MINUTE', t, 0, 1e9) },
+  requestTimeout: { env: 'REQUEST_TIMEOUT', fallback: '10', parse: (t: string) => integer('REQUEST_TIMEOUT', t, 1, 3600) },
+  shutdownTimeout: { env: 'SHUTDOWN_TIMEOUT', fallback: '10', parse: (t: string) => integer('SHUTDOWN_TIMEOUT', t, 1, 3600) }
 } as const
 
 /** The environment variable behind each setting, for help texts and `serve` flags. */

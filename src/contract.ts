@@ -1,5 +1,5 @@
 import { readFileSync } from 'node:fs'
-import { Ajv, type Options, type SchemaObject } from 'ajv'
+import { Ajv, type SchemaObject } from 'ajv'
 
 /** The OpenAPI document, the one source of truth for routes, validation and serialization. */
 export const document = JSON.parse(readFileSync(new URL('../openapi/plantstore.json', import.meta.url), 'utf8'))
@@ -37,20 +37,22 @@ export function route (operationId: string): { method: string, url: string, sche
   if (found === undefined) throw new Error(`The OpenAPI document has no operation ${operationId}.`)
   const { method, path, operation, pathItem } = found
   const parameters = deref([...(pathItem.parameters as unknown[] ?? []), ...(operation.parameters as unknown[] ?? [])]) as Array<{ name: string, in: string, required?: boolean, schema: Schema }>
-  const group = (place: string): Schema | undefined => {
+  const group = (place: string): Schema => {
     const list = parameters.filter(p => p.in === place)
-    if (list.length === 0) return undefined
     return {
       type: 'object',
       properties: Object.fromEntries(list.map(p => [p.name, p.schema])),
-      required: list.filter(p => p.required === true).map(p => p.name)
+      required: list.filter(p => p.required === true).map(p => p.name),
+      // A query parameter the operation does not define is refused, not ignored: a mistyped
+      // filter (`tags=`, `tag[]=`) must not silently answer every plant.
+      additionalProperties: false
     }
   }
   const response = Object.fromEntries(Object.entries(operation.responses as Record<string, Schema>).map(([status, answer]) =>
     [status, jsonSchemaOf((deref(answer) as Schema).content) ?? {}]))
   const requestBody = deref(operation.requestBody) as Schema | undefined
   const schema = Object.fromEntries(Object.entries({
-    params: group('path'),
+    params: parameters.some(p => p.in === 'path') ? group('path') : undefined,
     querystring: group('query'),
     body: requestBody === undefined ? undefined : jsonSchemaOf(requestBody.content),
     response
@@ -71,47 +73,72 @@ export function allowedMethods (path: string): string[] {
 export const INT64_MIN = -(2n ** 63n)
 export const INT64_MAX = 2n ** 63n - 1n
 
-/**
- * JavaScript numbers cannot hold every int64, so `{type: integer, format: int64}` is checked by
- * our keyword instead: a safe-integer number or a bigint in range (the JSON parser hands over
- * big integers as bigints), and for path and query text, a decimal string, turned into a bigint.
- */
-function int64Schemas (schema: unknown): unknown {
-  if (Array.isArray(schema)) return schema.map(int64Schemas)
-  if (schema === null || typeof schema !== 'object') return schema
-  const { type, format, ...rest } = schema as Schema
-  if (type === 'integer' && format === 'int64') return { ...rest, 'x-int64': true }
-  return Object.fromEntries(Object.entries(schema).map(([key, value]) => [key, int64Schemas(value)]))
+const INT_RANGES: Record<string, [bigint, bigint]> = {
+  int64: [INT64_MIN, INT64_MAX],
+  int32: [-(2n ** 31n), 2n ** 31n - 1n]
 }
 
-function makeAjv (options: Options, fromText: boolean): Ajv {
-  const ajv = new Ajv({ allErrors: false, strict: false, ...options })
+/**
+ * Integers are checked by our keywords, not Ajv's `type: integer`: JavaScript numbers cannot hold
+ * every int64, and Ajv's coercion of path and query text would take `1e2` or ` 1` for numbers.
+ * In bodies, `x-int64` takes a safe-integer number or a bigint in range (the JSON reader gives
+ * integers beyond 2^53 as bigints) and hands it on as a bigint, whatever its size. In path and
+ * query text, `x-integer` takes plain decimal digits only, within the schema's bounds.
+ */
+function integerKeywords (schema: unknown, fromText: boolean): unknown {
+  if (Array.isArray(schema)) return schema.map(item => integerKeywords(item, fromText))
+  if (schema === null || typeof schema !== 'object') return schema
+  const { type, format, minimum, maximum, ...rest } = schema as Schema
+  if (type === 'integer') {
+    const [low, high] = INT_RANGES[format as string] ?? [BigInt(Number.MIN_SAFE_INTEGER), BigInt(Number.MAX_SAFE_INTEGER)]
+    const bounds = { int64: format === 'int64', minimum: String(minimum ?? low), maximum: String(maximum ?? high) }
+    if (fromText) return { ...rest, 'x-integer': bounds }
+    if (format === 'int64') return { ...rest, 'x-int64': true }
+  }
+  return Object.fromEntries(Object.entries(schema).map(([key, value]) => [key, integerKeywords(value, fromText)]))
+}
+
+interface KeywordContext { parentData: Record<string | number, unknown>, parentDataProperty: string | number }
+
+const DECIMAL = /^-?\d{1,20}$/
+
+function makeAjv (fromText: boolean): Ajv {
+  // `verbose` puts the offending value in each complaint, so that a repeated query parameter
+  // (an array) can be told from a malformed one. Bodies are never coerced: "1" is not an id.
+  const ajv = new Ajv({ allErrors: false, strict: false, coerceTypes: false, useDefaults: true, verbose: true })
   ajv.addFormat('int32', { type: 'number', validate: (n: number) => Number.isInteger(n) && n >= -(2 ** 31) && n < 2 ** 31 })
   ajv.addKeyword({
     keyword: 'x-int64',
-    modifying: fromText,
+    modifying: true,
     errors: false,
-    validate: (_: unknown, data: unknown, _schema?: unknown, context?: { parentData: Record<string | number, unknown>, parentDataProperty: string | number }) => {
-      if (typeof data === 'number') return Number.isSafeInteger(data)
+    validate: (_: unknown, data: unknown, _schema?: unknown, context?: KeywordContext) => {
       if (typeof data === 'bigint') return data >= INT64_MIN && data <= INT64_MAX
-      if (fromText && typeof data === 'string' && /^-?\d{1,19}$/.test(data)) {
-        const value = BigInt(data)
-        if (value < INT64_MIN || value > INT64_MAX || context === undefined) return false
-        context.parentData[context.parentDataProperty] = value
-        return true
-      }
-      return false
+      if (typeof data !== 'number' || !Number.isSafeInteger(data) || context === undefined) return false
+      context.parentData[context.parentDataProperty] = BigInt(data)
+      return true
+    }
+  })
+  ajv.addKeyword({
+    keyword: 'x-integer',
+    modifying: true,
+    errors: false,
+    validate: (bounds: { int64: boolean, minimum: string, maximum: string }, data: unknown, _schema?: unknown, context?: KeywordContext) => {
+      if (typeof data === 'number') return Number.isInteger(data) // a default the schema filled in
+      if (typeof data !== 'string' || !DECIMAL.test(data) || context === undefined) return false
+      const value = BigInt(data)
+      if (value < BigInt(bounds.minimum) || value > BigInt(bounds.maximum)) return false
+      context.parentData[context.parentDataProperty] = bounds.int64 ? value : Number(value)
+      return true
     }
   })
   return ajv
 }
 
-// Bodies are never coerced ("1" is not an id); path and query parameters arrive as text and are.
-const bodyAjv = makeAjv({ coerceTypes: false, useDefaults: true }, false)
-const textAjv = makeAjv({ coerceTypes: true, useDefaults: true }, true)
+const bodyAjv = makeAjv(false)
+const textAjv = makeAjv(true)
 
 /** Fastify's validator compiler: the document's schemas, with int64 kept exact. */
 export function validatorCompiler ({ schema, httpPart }: { schema: SchemaObject, httpPart?: string }): (data: unknown) => boolean {
-  const ajv = httpPart === 'body' ? bodyAjv : textAjv
-  return ajv.compile(int64Schemas(schema) as SchemaObject)
+  const fromText = httpPart !== 'body'
+  return (fromText ? textAjv : bodyAjv).compile(integerKeywords(schema, fromText) as SchemaObject)
 }

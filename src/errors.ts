@@ -1,5 +1,5 @@
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
-import { STATUS_CODES } from 'node:http'
+import { STATUS_CODES, type IncomingMessage, type ServerResponse } from 'node:http'
 import type { Socket } from 'node:net'
 import type { Logger } from 'pino'
 import { allowedMethods } from './contract.js'
@@ -10,17 +10,24 @@ export const failures = {
   invalidJson: { status: 400, message: 'The request body is not valid JSON; send a JSON object.' },
   emptyBody: { status: 400, message: 'The request body is empty; send a JSON object.' },
   invalidParameter: { status: 400, message: 'A path or query parameter is not valid.' },
+  invalidText: { status: 400, message: 'The request body is not valid UTF-8 text.' },
   badRequest: { status: 400, message: 'The request could not be understood.' },
+  badPath: { status: 400, message: 'The request path is not valid: a "%" must start a percent-encoded UTF-8 byte such as "%20".' },
+  missingHost: { status: 400, message: 'The request has no Host header, which HTTP/1.1 requires.' },
+  repeatedAuthorization: { status: 400, message: 'The Authorization header was sent more than once; send it once.' },
   bodyLengthMismatch: { status: 400, message: 'The request body is shorter or longer than its Content-Length header says.' },
   badToken: { status: 401, message: 'A valid bearer token is required: send "Authorization: Bearer <token>".', headers: { 'www-authenticate': 'Bearer' } },
   missingScope: { status: 403, message: 'This token lacks the scope this operation needs.' },
   plantNotFound: { status: 404, message: 'No plant has this id.' },
   routeNotFound: { status: 404, message: 'There is no such route; see /openapi.json for the ones there are.' },
   methodNotAllowed: { status: 405, message: 'This method is not allowed here; the Allow header lists the ones that are.' },
-  requestTimeout: { status: 408, message: 'The request took too long to arrive.' },
+  requestTimeout: { status: 408, message: 'The request took too long to arrive; send it again, all at once.' },
   plantConflict: { status: 409, message: 'Another plant already uses this id; nothing was changed.' },
   bodyTooLarge: { status: 413, message: 'The request body is larger than 64 KiB.' },
+  pathTooLong: { status: 414, message: 'A path parameter is longer than 100 characters.' },
   unsupportedMediaType: { status: 415, message: 'The request body must be JSON, sent with "Content-Type: application/json".' },
+  unsupportedCharset: { status: 415, message: 'The request body must be UTF-8: send "Content-Type: application/json" with no other charset.' },
+  expectationFailed: { status: 417, message: 'Only "Expect: 100-continue" is supported.' },
   headersTooLarge: { status: 431, message: 'The request headers are too large.' },
   rateLimited: { status: 429, message: 'This token sent too many requests; wait for the number of seconds in Retry-After.' },
   internal: { status: 500, message: 'Something went wrong on our side; it has been logged.' },
@@ -49,15 +56,20 @@ export function errorBody (status: number, message: string): string {
   return JSON.stringify({ error: status, message })
 }
 
-interface ValidationIssue { instancePath: string, keyword: string, message?: string, params: Record<string, unknown> }
+interface ValidationIssue { instancePath: string, keyword: string, message?: string, params: Record<string, unknown>, data?: unknown, schema?: unknown }
 
 const ARTICLES: Record<string, string> = { string: 'a string', integer: 'an integer', number: 'a number', object: 'a JSON object', array: 'an array', boolean: 'true or false' }
 
 /** What an Ajv complaint asks for, as words: "must be a string", "must not be empty". */
-function rule ({ keyword, message, params }: ValidationIssue): string {
+function rule ({ keyword, message, params, schema }: ValidationIssue): string {
   switch (keyword) {
     case 'required': return 'is required'
+    case 'additionalProperties': return 'is not a parameter of this operation'
     case 'x-int64': return 'must be an integer from -9223372036854775808 to 9223372036854775807'
+    case 'x-integer': {
+      const { minimum, maximum } = schema as { minimum: string, maximum: string }
+      return `must be a whole number from ${minimum} to ${maximum}, in plain decimal digits`
+    }
     case 'type': return `must be ${ARTICLES[String(params.type)] ?? String(params.type)}`
     case 'minLength': return params.limit === 1 ? 'must not be empty' : `must be at least ${String(params.limit)} characters long`
     case 'maxLength': return `must be at most ${String(params.limit)} characters long`
@@ -72,10 +84,15 @@ function describeValidation (context: string, issues: ValidationIssue[]): string
   const issue = issues[0]
   const field = issue.keyword === 'required'
     ? String(issue.params.missingProperty)
-    : issue.instancePath.replace(/^\//, '').replaceAll('/', '.')
+    : issue.keyword === 'additionalProperties'
+      ? String(issue.params.additionalProperty)
+      : issue.instancePath.replace(/^\//, '').replaceAll('/', '.')
+  const named = field.length > 64 ? field.slice(0, 61) + '...' : field
   if (field === '') return context === 'body' ? `The request body ${rule(issue)}.` : `The ${context} ${rule(issue)}.`
   const where = context === 'body' ? 'in the request body' : context === 'params' ? 'in the path' : 'in the query'
-  return `\`${field}\` ${where} ${rule(issue)}.`
+  // The query parser hands a parameter given twice (`tag=a&tag=b`) over as an array.
+  const complaint = context === 'querystring' && Array.isArray(issue.data) ? 'is given more than once; give it once' : rule(issue)
+  return `\`${named}\` ${where} ${complaint}.`
 }
 
 /** Fastify's own error codes, as our named failures. */
@@ -84,7 +101,9 @@ const fastifyCodes: Record<string, FailureName> = {
   FST_ERR_CTP_INVALID_MEDIA_TYPE: 'unsupportedMediaType',
   FST_ERR_CTP_INVALID_CONTENT_LENGTH: 'bodyLengthMismatch',
   FST_ERR_CTP_EMPTY_JSON_BODY: 'emptyBody',
-  FST_ERR_CTP_INVALID_JSON_BODY: 'invalidJson'
+  FST_ERR_CTP_INVALID_JSON_BODY: 'invalidJson',
+  FST_ERR_BAD_URL: 'badPath',
+  FST_ERR_MAX_PARAM_LENGTH: 'pathTooLong'
 }
 
 function toApiError (error: FastifyError): ApiError {
@@ -117,18 +136,51 @@ export function installErrorHandling (app: FastifyInstance, log: Logger): void {
     const allowed = allowedMethods(request.url.split('?')[0])
     return send(reply, allowed.length > 0 ? new ApiError('methodNotAllowed', undefined, { allow: allowed.join(', ') }) : new ApiError('routeNotFound'))
   })
+
+  // Node answers an Expect other than 100-continue with an empty 417 unless someone listens.
+  app.server.on('checkExpectation', (_request: IncomingMessage, response: ServerResponse) => {
+    const failure = failures.expectationFailed
+    log.warn({ status: failure.status, reason: 'expectationFailed' }, 'request refused before routing')
+    const body = errorBody(failure.status, failure.message)
+    response.writeHead(failure.status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body), connection: 'close' }).end(body)
+  })
 }
 
-/** Answers requests that fail before Fastify sees them (malformed HTTP, oversized headers). */
-export function clientErrorHandler (error: NodeJS.ErrnoException, socket: Socket): void {
-  if (!socket.writable) {
-    socket.destroy()
-    return
+/**
+ * Fastify's `frameworkErrors`: a path that cannot be routed (bad percent-encoding, a parameter
+ * over the length limit) answers the Error body, logged like every failure before routing.
+ */
+export function frameworkErrorHandler (log: Logger): (error: FastifyError, request: FastifyRequest, reply: FastifyReply) => void {
+  return (error, request, reply) => {
+    const failure = toApiError(error)
+    log.warn({ reqId: request.id, status: failure.status, reason: failure.failure }, 'request refused before routing')
+    send(reply, failure)
   }
-  const failure = error.code === 'HPE_HEADER_OVERFLOW'
-    ? failures.headersTooLarge
-    : error.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? failures.requestTimeout : failures.badRequest
-  const body = errorBody(failure.status, failure.message)
-  socket.end(`HTTP/1.1 ${failure.status} ${STATUS_CODES[failure.status] ?? ''}\r\n` +
-    `Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`)
+}
+
+/** Node's errors before a request reaches Fastify, as named failures. */
+const clientErrorCodes: Record<string, FailureName> = {
+  HPE_HEADER_OVERFLOW: 'headersTooLarge',
+  ERR_HTTP_REQUEST_TIMEOUT: 'requestTimeout'
+}
+
+/**
+ * Answers requests that fail before Fastify sees them (malformed HTTP, oversized headers, a
+ * request that stops arriving) with the Error body, and logs each at warn with its reason;
+ * never a header value, so never a token.
+ */
+export function clientErrorHandler (log: Logger): (error: NodeJS.ErrnoException, socket: Socket) => void {
+  return (error, socket) => {
+    const name = clientErrorCodes[error.code ?? ''] ?? 'badRequest'
+    const failure = failures[name]
+    // A reset or a closed socket is no request: nothing to answer and nothing worth a warning.
+    if (error.code === 'ECONNRESET' || !socket.writable) {
+      socket.destroy()
+      return
+    }
+    log.warn({ status: failure.status, reason: name, code: error.code }, 'request refused before routing')
+    const body = errorBody(failure.status, failure.message)
+    socket.end(`HTTP/1.1 ${failure.status} ${STATUS_CODES[failure.status] ?? ''}\r\n` +
+      `Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`)
+  }
 }

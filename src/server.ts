@@ -56,9 +56,19 @@ export async function serve (config: Config): Promise<void> {
   const shutdown = async (signal: string): Promise<void> => {
     if (closing) return
     closing = true
-    log.info({ signal }, 'stopping: no new connections, finishing requests in flight')
-    await app.close() // stops accepting, waits for requests in flight
+    const deadline = config.shutdownTimeout * 1000
+    log.info({ signal, shutdownTimeoutS: config.shutdownTimeout }, 'stopping: no new connections, finishing requests in flight')
+    // Requests in flight may run until a second before the deadline; then every connection is
+    // closed, whatever its client is doing, so that the commit and the exit fit in the last second.
+    const cutOff = setTimeout(() => {
+      log.warn('shutdown deadline: closing the connections still open')
+      app.server.closeAllConnections()
+    }, Math.max(deadline - 1000, deadline / 2))
+    const giveUp = setTimeout(() => fail(new Error(`did not stop within SHUTDOWN_TIMEOUT (${config.shutdownTimeout} s)`)), deadline)
+    await app.close() // stops accepting, closes idle connections, waits for requests in flight
+    clearTimeout(cutOff)
     await store.close() // the writer thread commits what it holds
+    clearTimeout(giveUp)
     logStream.flushSync()
     process.exit(0)
   }

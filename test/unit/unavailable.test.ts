@@ -11,7 +11,7 @@ const brokenStore = new Proxy({}, {
 }) as Store
 
 test('an unreachable store is 503 with Retry-After and the Error body, never its internals', async (t) => {
-  const app = await buildApp({ config: { logLevel: 'silent', rateLimitPerMinute: 0 }, store: brokenStore })
+  const app = await buildApp({ config: { logLevel: 'silent', rateLimitPerMinute: 0, requestTimeout: 10 }, store: brokenStore })
   t.after(() => app.close())
   for (const [method, url] of [['GET', '/readyz'], ['GET', '/plants/1']] as const) {
     const res = await app.inject({ method, url, headers: { authorization: `Bearer pst_${'a'.repeat(43)}` } })
@@ -27,7 +27,7 @@ test('a bug is 500 with the Error body; the log has the error and the request id
   const lines: string[] = []
   const log = pino({ level: 'warn' }, { write: (line: string) => { lines.push(line) } })
   const buggyStore = new Proxy({}, { get: () => async () => { throw new TypeError('undefined is not a plant at /secret/path') } }) as Store
-  const app = await buildApp({ config: { logLevel: 'warn', rateLimitPerMinute: 0 }, store: buggyStore, log })
+  const app = await buildApp({ config: { logLevel: 'warn', rateLimitPerMinute: 0, requestTimeout: 10 }, store: buggyStore, log })
   t.after(() => app.close())
   const res = await app.inject({ method: 'GET', url: '/readyz' })
   assert.equal(res.statusCode, 500)
