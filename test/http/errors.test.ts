@@ -1,28 +1,7 @@
 import assert from 'node:assert/strict'
-import { connect } from 'node:net'
 import { test } from 'node:test'
-import { call, isErrorBody, startServer, type Server } from '../helpers.js'
-
-/** Sends raw bytes and returns everything the server answers before it closes (or 2 s pass). */
-function rawExchange (server: Server, bytes: string, options: { endWrite?: boolean } = {}): Promise<string> {
-  const { hostname, port } = new URL(server.url)
-  return new Promise((resolve, reject) => {
-    const socket = connect(Number(port), hostname)
-    let answer = ''
-    socket.setEncoding('utf8')
-    socket.on('data', (chunk: string) => { answer += chunk })
-    socket.on('error', reject)
-    socket.on('close', () => resolve(answer))
-    socket.setTimeout(2000, () => socket.destroy())
-    socket.write(bytes)
-    if (options.endWrite === true) socket.end()
-  })
-}
-
-function parseRaw (raw: string): { status: number, headers: string, body: any } {
-  const [head, body] = raw.split('\r\n\r\n')
-  return { status: Number(head.split(' ')[1]), headers: head.toLowerCase(), body: JSON.parse(body) }
-}
+import { call, isErrorBody, startServer } from '../helpers.js'
+import { parseRaw, rawExchange } from '../raw.js'
 
 test('errors outside the happy path all carry the Error body', async (t) => {
   const server = await startServer(t)
@@ -60,7 +39,7 @@ test('errors outside the happy path all carry the Error body', async (t) => {
 
   await t.test('malformed HTTP is answered 400 with the Error body', async () => {
     for (const bytes of ['NOT HTTP AT ALL\r\n\r\n', 'GET /plants HTTP/1.1\r\nHost: x\r\nBad Header Without Colon\r\n\r\n', 'POST /plants HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n']) {
-      const answer = parseRaw(await rawExchange(server, bytes))
+      const answer = parseRaw((await rawExchange(server, bytes)).text)
       assert.equal(answer.status, 400, bytes)
       assert.match(answer.headers, /content-type: application\/json/)
       assert.deepEqual(Object.keys(answer.body).sort(), ['error', 'message'])
@@ -69,7 +48,7 @@ test('errors outside the happy path all carry the Error body', async (t) => {
   })
 
   await t.test('oversized headers are answered 431 with the Error body', async () => {
-    const answer = parseRaw(await rawExchange(server, `GET /plants HTTP/1.1\r\nHost: x\r\nX-Big: ${'b'.repeat(20_000)}\r\n\r\n`))
+    const answer = parseRaw((await rawExchange(server, `GET /plants HTTP/1.1\r\nHost: x\r\nX-Big: ${'b'.repeat(20_000)}\r\n\r\n`)).text)
     assert.equal(answer.status, 431)
     assert.equal(answer.body.error, 431)
   })
@@ -77,7 +56,7 @@ test('errors outside the happy path all carry the Error body', async (t) => {
   await t.test('a body cut short is answered 400 with the Error body, and nothing is stored', async () => {
     const body = '{"id": 3, "name": "cut"}'
     const raw = await rawExchange(server, `POST /plants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${server.token}\r\nContent-Type: application/json\r\nContent-Length: ${body.length + 20}\r\n\r\n${body}`, { endWrite: true })
-    const answer = parseRaw(raw)
+    const answer = parseRaw(raw.text)
     assert.equal(answer.status, 400)
     assert.deepEqual(Object.keys(answer.body).sort(), ['error', 'message'])
     assert.equal((await call(server, 'GET', '/plants/3')).status, 404)
