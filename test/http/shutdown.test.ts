@@ -1,0 +1,79 @@
+import assert from 'node:assert/strict'
+import { spawn } from 'node:child_process'
+import { connect } from 'node:net'
+import { join } from 'node:path'
+import { test } from 'node:test'
+import { call, ROOT, startServer, tempDir } from '../helpers.js'
+import { rawExchange } from '../raw.js'
+
+/** True while something accepts connections on the port. */
+function accepting (port: number): Promise<boolean> {
+  return new Promise(resolve => {
+    const socket = connect(port, '127.0.0.1')
+    socket.on('connect', () => { socket.destroy(); resolve(true) })
+    socket.on('error', () => resolve(false))
+  })
+}
+
+function alive (pid: number): boolean {
+  try {
+    process.kill(pid, 0)
+    return true
+  } catch {
+    return false
+  }
+}
+
+test('SIGTERM stops the service within SHUTDOWN_TIMEOUT while a client holds a request open, and commits what it acknowledged', async (t) => {
+  const server = await startServer(t, { env: { REQUEST_TIMEOUT: '60', SHUTDOWN_TIMEOUT: '2' } })
+  assert.equal((await call(server, 'POST', '/plants', { body: { id: 1, name: 'Kept' } })).status, 200)
+  const body = '{"id": 2, "name": "Never finished"}'
+  // Headers and the start of a body, then nothing: only the shutdown deadline ends this request.
+  const stalled = rawExchange(server, `POST /plants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${server.token}\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body.slice(0, 8)}`, { waitMs: 10_000 })
+  await new Promise(resolve => setTimeout(resolve, 200))
+  const signalled = Date.now()
+  server.process.kill('SIGTERM')
+  assert.equal(await server.exited, 0)
+  const took = Date.now() - signalled
+  assert.ok(took < 2500, `exited ${took} ms after SIGTERM`)
+  assert.ok((await stalled).closed, 'the stalled connection was closed')
+  const again = await startServer(t, { dir: server.dir, token: server.token })
+  assert.equal((await call(again, 'GET', '/plants/1')).body.name, 'Kept')
+  assert.equal((await call(again, 'GET', '/plants/2')).status, 404)
+})
+
+test('SIGTERM sent to `npm start` stops the server too, leaving no process behind', async (t) => {
+  const dir = tempDir(t)
+  const child = spawn('npm', ['start'], {
+    cwd: ROOT,
+    env: { ...process.env, PORT: '0', DATABASE_URL: join(dir, 'plantstore.db'), LOG_LEVEL: 'info' },
+    stdio: ['ignore', 'pipe', 'pipe']
+  })
+  const exited = new Promise<number | null>(resolve => child.once('exit', code => resolve(code)))
+  let out = ''
+  child.stdout.setEncoding('utf8').on('data', (chunk: string) => { out += chunk })
+  child.stderr.resume()
+  let serverPid: number | undefined
+  t.after(() => {
+    if (serverPid !== undefined && alive(serverPid)) process.kill(serverPid, 'SIGKILL')
+    if (child.exitCode === null) child.kill('SIGKILL')
+  })
+  const deadline = Date.now() + 20_000
+  let port: number | undefined
+  while (port === undefined) {
+    const line = out.split('\n').find(text => text.includes('Server listening at'))
+    if (line !== undefined) {
+      const entry = JSON.parse(line)
+      serverPid = entry.pid
+      port = Number(/:(\d+)$/.exec(entry.msg)?.[1])
+    }
+    assert.ok(Date.now() < deadline && child.exitCode === null, `npm start did not start the server:\n${out}`)
+    await new Promise(resolve => setTimeout(resolve, 50))
+  }
+  assert.notEqual(serverPid, child.pid, 'the server is a process of its own, under npm')
+  child.kill('SIGTERM')
+  await exited
+  for (let waited = 0; alive(serverPid!) && waited < 5000; waited += 50) await new Promise(resolve => setTimeout(resolve, 50))
+  assert.equal(alive(serverPid!), false, 'the server process has exited')
+  assert.equal(await accepting(port), false, 'nothing answers on its port')
+})
