@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict'
 import { spawnSync } from 'node:child_process'
 import { chmodSync, mkdirSync, writeFileSync } from 'node:fs'
-import { connect } from 'node:net'
+import { connect, createServer, type AddressInfo } from 'node:net'
 import { join } from 'node:path'
 import { test } from 'node:test'
 import { call, MAIN, startServer, tempDir } from '../helpers.js'
@@ -99,4 +99,39 @@ test('a data directory that cannot be created fails at start with one clear line
   assert.notEqual(result.status, 0)
   assert.match(result.stderr, /^plantstore: Cannot open the database at .*: the directory is not writable/)
   assert.equal(result.stderr.trim().split('\n').length, 1, result.stderr)
+})
+
+/** One line on stderr, `plantstore: …`, and nothing that looks like a stack trace. */
+function assertOneLine (stderr: string, expected: RegExp): void {
+  assert.match(stderr, expected)
+  assert.equal(stderr.trim().split('\n').length, 1, stderr)
+  assert.doesNotMatch(stderr, /\n\s+at /)
+}
+
+test('a start on a taken port fails with one line, and does not use up the first token', async (t) => {
+  const dir = tempDir(t)
+  const blocker = createServer().listen(0, '127.0.0.1')
+  await new Promise(resolve => blocker.once('listening', resolve))
+  t.after(() => blocker.close())
+  const { port } = blocker.address() as AddressInfo
+  const failed = startFails({ PORT: String(port), HOST: '127.0.0.1', DATABASE_URL: join(dir, 'plantstore.db') })
+  assert.equal(failed.status, 1)
+  assertOneLine(failed.stderr, /^plantstore: Cannot listen on 127\.0\.0\.1:\d+: the port is already in use/)
+
+  const server = await startServer(t, { dir })
+  assert.equal((await call(server, 'POST', '/plants', { body: { id: 1, name: 'Fern' } })).status, 200)
+})
+
+test('a start on a host name that does not resolve fails with one line', (t) => {
+  const dir = tempDir(t)
+  const failed = startFails({ PORT: '0', HOST: 'no-such-host.invalid', DATABASE_URL: join(dir, 'plantstore.db') })
+  assert.equal(failed.status, 1)
+  assertOneLine(failed.stderr, /^plantstore: Cannot listen on no-such-host\.invalid:0: /)
+})
+
+test('the first-start banner names the database by its absolute path', async (t) => {
+  const dir = tempDir(t)
+  const server = await startServer(t, { dir, cwd: dir, env: { DATABASE_URL: 'plantstore.db' } })
+  assert.ok(server.stderr().includes(` ${join(dir, 'plantstore.db')},`), server.stderr())
+  assert.equal((await call(server, 'POST', '/plants', { body: { id: 1, name: 'Fern' } })).status, 200)
 })
