@@ -14,7 +14,7 @@ export async function backup (args: string[]): Promise<void> {
   const [file] = parsed.positionals
   if (file === undefined) throw new ConfigError('backup needs the FILE to write; see plantstore backup --help.')
   const databaseUrl = databaseUrlOf(parsed.values['database-url'] as string | undefined)
-  if (isPostgresUrl(databaseUrl)) throw new ConfigError('plantstore backup copies a SQLite store; for PostgreSQL, use pg_dump.')
+  if (isPostgresUrl(databaseUrl)) throw new ConfigError('backup copies SQLite stores only; for PostgreSQL, use pg_dump.')
   await backupSqlite(databaseUrl, file)
   process.stderr.write(`Backed up ${databaseUrl} to ${file}.\n`)
 }

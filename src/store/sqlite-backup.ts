@@ -30,7 +30,8 @@ export async function backupSqlite (source: string, destination: string): Promis
   try {
     closeSync(openSync(partial, 'wx', 0o600)) // SQLite keeps the mode of a file it finds
   } catch (error) {
-    throw new ConfigError(`Cannot write the backup in ${resolve(dirname(destination))}: ${(error as Error).message}.`)
+    const reason = (error as NodeJS.ErrnoException).code === 'ENOENT' ? 'the directory does not exist' : 'the directory is not writable'
+    throw new ConfigError(`Cannot write the backup ${resolve(destination)}: ${reason}.`)
   }
   try {
     const store = new Database(source, { readonly: true, fileMustExist: true })
