@@ -1,4 +1,5 @@
 import assert from 'node:assert/strict'
+import Database from 'better-sqlite3'
 import { existsSync } from 'node:fs'
 import { join } from 'node:path'
 import { test } from 'node:test'
@@ -62,6 +63,17 @@ test('tokens list is tab-separated, one token a line, six columns', (t) => {
   assert.deepEqual(lines.map(([id, name, scopes, state]) => [id, name, scopes, state]), [['1', 'reader', 'plants:read', 'active'], ['2', 'admin', 'admin,plants:write', 'active']])
   assert.match(lines[0][5], /^expires 20\d\d-/)
   assert.equal(lines[1][5], 'never expires')
+})
+
+test('tokens list keeps a name stored before names were checked on its own line and column', (t) => {
+  const dir = tempDir(t)
+  assert.equal(cli(dir, ['migrate']).status, 0)
+  const old = new Database(join(dir, 'plantstore.db'))
+  old.prepare('INSERT INTO tokens (name, digest, scopes, created_at) VALUES (?, ?, ?, ?)').run('old\tname\nhere', Buffer.alloc(32), 'plants:read', Date.now())
+  old.close()
+  const lines = cli(dir, ['tokens', 'list']).stdout.trimEnd().split('\n')
+  assert.equal(lines.length, 1)
+  assert.deepEqual(lines[0].split('\t').slice(0, 4), ['1', 'old\\tname\\nhere', 'plants:read', 'active'])
 })
 
 test('an expired token frees its name; the old one stays listed as expired', async (t) => {
