@@ -4,7 +4,7 @@ import { chmodSync, mkdirSync, writeFileSync } from 'node:fs'
 import { connect, createServer, type AddressInfo } from 'node:net'
 import { join } from 'node:path'
 import { test } from 'node:test'
-import { call, MAIN, startServer, tempDir } from '../helpers.js'
+import { call, cli, MAIN, startServer, tempDir } from '../helpers.js'
 
 test('GET /healthz and /readyz answer without a token', async (t) => {
   const server = await startServer(t)
@@ -134,4 +134,17 @@ test('the first-start banner names the database by its absolute path', async (t)
   const server = await startServer(t, { dir, cwd: dir, env: { DATABASE_URL: 'plantstore.db' } })
   assert.ok(server.stderr().includes(` ${join(dir, 'plantstore.db')},`), server.stderr())
   assert.equal((await call(server, 'POST', '/plants', { body: { id: 1, name: 'Fern' } })).status, 200)
+})
+
+test('several servers starting together on an empty store create exactly one first token, and one of them shows it', async (t) => {
+  const dir = tempDir(t)
+  const servers = await Promise.all([1, 2, 3].map(() => startServer(t, { dir, token: 'not yet known' })))
+  const banners = (): string[] => servers.flatMap(server => /^ {3}(pst_\S+)$/m.exec(server.stderr())?.[1] ?? [])
+  const deadline = Date.now() + 5000
+  while (banners().length === 0 && Date.now() < deadline) await new Promise(resolve => setTimeout(resolve, 20))
+  await new Promise(resolve => setTimeout(resolve, 300)) // room for a second banner, if one were coming
+  assert.equal(banners().length, 1, servers.map(server => server.stderr()).join('\n'))
+  const list = cli(dir, ['tokens', 'list']).stdout
+  assert.equal(list.trimEnd().split('\n').length, 1, list)
+  for (const server of servers) assert.equal((await call(server, 'GET', '/plants', { token: banners()[0] })).status, 200)
 })
