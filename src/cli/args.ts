@@ -23,8 +23,9 @@ function usageError (command: string, error: Error & { code?: string }): ConfigE
 }
 
 /**
- * Parses the arguments of `command` (such as `tokens create`) strictly: `--help` (or `-h`) is known to every command, anything
- * unknown is a ConfigError of one line. Returns undefined when help was asked for.
+ * Parses the arguments of `command` (such as `tokens create`) strictly: every command knows
+ * `--help` (or `-h`); anything unknown is a ConfigError of one line. Returns undefined when help
+ * was asked for.
  */
 export function parseCommand (command: string, args: string[], options: Options, positionals = 0): Parsed | undefined {
   let parsed
