@@ -1,6 +1,7 @@
+import { resolve } from 'node:path'
 import pino from 'pino'
 import { buildApp } from './app.js'
-import type { Config } from './config.js'
+import { ConfigError, isPostgresUrl, type Config } from './config.js'
 import { openStore } from './store/open.js'
 import { ALL_SCOPES, type Store } from './store/store.js'
 import { digestOf, generateToken } from './tokens.js'
@@ -12,11 +13,14 @@ async function bootstrapToken (store: Store): Promise<string | undefined> {
   return created === undefined ? undefined : token
 }
 
-function banner (token: string, url: string): string {
+function banner (token: string, url: string, databaseUrl: string): string {
   const rule = '='.repeat(78)
+  // The absolute path, so that the operator's `plantstore tokens …` can name the same store.
+  const database = isPostgresUrl(databaseUrl) ? 'the PostgreSQL database in DATABASE_URL' : resolve(databaseUrl)
   return [
     rule,
-    ' plantstore had no tokens, so it created one with every scope.',
+    ` plantstore had no tokens in ${database},`,
+    ' so it created one with every scope.',
     ' It is shown only this once: keep it now (only its hash is stored).',
     '',
     `   ${token}`,
@@ -29,6 +33,20 @@ function banner (token: string, url: string): string {
   ].join('\n')
 }
 
+/** Why the server could not listen, in one line that says what to change. */
+function listenFailure (error: unknown, config: Config): ConfigError {
+  const where = `${config.host}:${config.port}`
+  const reasons: Record<string, string> = {
+    EADDRINUSE: `Cannot listen on ${where}: the port is already in use; stop what uses it or choose another PORT.`,
+    EADDRNOTAVAIL: `Cannot listen on ${where}: this machine has no such address; choose another HOST.`,
+    EACCES: `Cannot listen on ${where}: permission denied (ports below 1024 need privileges); choose another PORT.`,
+    ENOTFOUND: `Cannot listen on ${where}: the host name "${config.host}" does not resolve; set HOST to an address or a known name.`,
+    EAI_AGAIN: `Cannot listen on ${where}: the host name "${config.host}" could not be resolved now; set HOST to an address.`
+  }
+  const code = (error as NodeJS.ErrnoException).code ?? ''
+  return new ConfigError(reasons[code] ?? `Cannot listen on ${where}: ${(error as Error).message}.`)
+}
+
 /** Opens the store, listens, and closes gracefully on SIGTERM or SIGINT (exit 0). */
 export async function serve (config: Config): Promise<void> {
   const store = openStore(config.databaseUrl)
@@ -38,14 +56,21 @@ export async function serve (config: Config): Promise<void> {
   const logStream = pino.destination({ dest: 1, sync: false })
   const log = pino({ level: config.logLevel }, logStream)
   const app = await buildApp({ config, store, log })
-  const token = await bootstrapToken(store)
-  await app.listen({ port: config.port, host: config.host })
+  try {
+    await app.listen({ port: config.port, host: config.host })
+  } catch (error) {
+    await app.close()
+    await store.close()
+    throw listenFailure(error, config)
+  }
   const address = app.server.address()
   const url = typeof address === 'object' && address !== null
     ? `http://${address.family === 'IPv6' ? `[${address.address}]` : address.address}:${address.port}`
     : `http://${config.host}:${config.port}`
   log.info(`Server listening at ${url}`) // Fastify's own words, which scripts may already watch for
-  if (token !== undefined) process.stderr.write(banner(token, url))
+  // Only now: a start that cannot listen must not use up the one token shown to a newcomer.
+  const token = await bootstrapToken(store)
+  if (token !== undefined) process.stderr.write(banner(token, url, config.databaseUrl))
 
   const fail = (error: unknown): void => {
     log.error({ err: error }, 'shutdown failed')

@@ -29,9 +29,21 @@ export function isScope (text: string): text is Scope {
 
 const UNITS: Record<string, number> = { s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000, w: 604_800_000 }
 
+/** The longest lifetime a token may be given: 10 years, written 3650d (or 521w). */
+export const MAX_TOKEN_LIFETIME_MS = 3650 * UNITS.d
+
 /** Parses a lifetime such as `30d`, `12h`, `15m`, `90s` or `2w` into milliseconds; undefined if malformed. */
 export function parseDuration (text: string): number | undefined {
-  const match = /^(\d{1,6})([smhdw])$/.exec(text)
+  const match = /^(\d{1,10})([smhdw])$/.exec(text)
   if (match === null || Number(match[1]) === 0) return undefined
   return Number(match[1]) * UNITS[match[2]]
+}
+
+/**
+ * Token names are 1 to 64 of `[A-Za-z0-9._-]`, so that `tokens list` stays one token a line
+ * and tab-separated, and never all digits, so that `tokens revoke NAME_OR_ID` cannot mistake
+ * a name for an id.
+ */
+export function isTokenName (text: string): boolean {
+  return /^[A-Za-z0-9._-]{1,64}$/.test(text) && !/^\d+$/.test(text)
 }

@@ -14,11 +14,15 @@ export function tempDir (t: TestContext): string {
   return dir
 }
 
-/** Runs the plantstore CLI on the database in `dir`. */
-export function cli (dir: string, args: string[], env: NodeJS.ProcessEnv = {}): { status: number | null, stdout: string, stderr: string } {
+/**
+ * Runs the plantstore CLI on the database in `dir` (`env` may set DATABASE_URL: undefined to
+ * leave it out), in the directory `cwd` if given.
+ */
+export function cli (dir: string, args: string[], env: NodeJS.ProcessEnv = {}, cwd?: string): { status: number | null, stdout: string, stderr: string } {
   const result = spawnSync(process.execPath, [MAIN, ...args], {
     env: { ...process.env, DATABASE_URL: join(dir, 'plantstore.db'), ...env },
-    encoding: 'utf8'
+    encoding: 'utf8',
+    cwd
   })
   return { status: result.status, stdout: result.stdout, stderr: result.stderr }
 }
@@ -42,13 +46,14 @@ export interface Server {
  * banner; on a reused one, pass `token`. `wrapper` runs it under another command (strace …).
  * Killed after the test.
  */
-export async function startServer (t: TestContext, options: { dir?: string, token?: string, env?: NodeJS.ProcessEnv, wrapper?: string[] } = {}): Promise<Server> {
+export async function startServer (t: TestContext, options: { dir?: string, token?: string, env?: NodeJS.ProcessEnv, wrapper?: string[], cwd?: string } = {}): Promise<Server> {
   const dir = options.dir ?? tempDir(t)
   const dbPath = join(dir, 'plantstore.db')
   const [command, ...args] = [...options.wrapper ?? [], process.execPath, MAIN, 'serve']
   const child = spawn(command, args, {
     env: { ...process.env, PORT: '0', HOST: '127.0.0.1', DATABASE_URL: dbPath, LOG_LEVEL: 'info', RATE_LIMIT_PER_MINUTE: '0', ...options.env },
-    stdio: ['ignore', 'pipe', 'pipe']
+    stdio: ['ignore', 'pipe', 'pipe'],
+    cwd: options.cwd
   })
   let out = ''
   let err = ''

@@ -48,6 +48,9 @@ const sql = {
   insertToken: db.prepare('INSERT INTO tokens (name, digest, scopes, created_at, expires_at) VALUES (?, ?, ?, ?, ?) RETURNING *').safeIntegers(false),
   insertFirstToken: db.prepare('INSERT INTO tokens (name, digest, scopes, created_at, expires_at) SELECT ?, ?, ?, ?, ? WHERE NOT EXISTS (SELECT 1 FROM tokens) RETURNING *').safeIntegers(false),
   activeTokenByName: db.prepare('SELECT 1 FROM tokens WHERE name = ? AND revoked_at IS NULL'),
+  // An expired token keeps its row (and its history in `tokens list`) but frees its name: it is
+  // marked ended at its expiry, which the unique index on active names can see.
+  retireExpiredName: db.prepare('UPDATE tokens SET revoked_at = expires_at WHERE name = ? AND revoked_at IS NULL AND expires_at <= ?'),
   revokeByName: db.prepare('UPDATE tokens SET revoked_at = ? WHERE name = ? AND revoked_at IS NULL RETURNING *').safeIntegers(false),
   revokeById: db.prepare('UPDATE tokens SET revoked_at = coalesce(revoked_at, ?) WHERE id = ? RETURNING *').safeIntegers(false)
 }
@@ -69,6 +72,7 @@ const operations = {
   },
   remove: (id: bigint) => sql.removePlant.run(id).changes === 1,
   createToken: (token: NewToken) => {
+    sql.retireExpiredName.run(token.name, Date.now())
     if (sql.activeTokenByName.get(token.name) !== undefined) return 'name-taken'
     return rowToToken(sql.insertToken.get(...tokenParams(token)) as TokenRow)
   },

@@ -1,10 +1,10 @@
 import assert from 'node:assert/strict'
 import { spawnSync } from 'node:child_process'
 import { chmodSync, mkdirSync, writeFileSync } from 'node:fs'
-import { connect } from 'node:net'
+import { connect, createServer, type AddressInfo } from 'node:net'
 import { join } from 'node:path'
 import { test } from 'node:test'
-import { call, MAIN, startServer, tempDir } from '../helpers.js'
+import { call, cli, MAIN, startServer, tempDir } from '../helpers.js'
 
 test('GET /healthz and /readyz answer without a token', async (t) => {
   const server = await startServer(t)
@@ -99,4 +99,52 @@ test('a data directory that cannot be created fails at start with one clear line
   assert.notEqual(result.status, 0)
   assert.match(result.stderr, /^plantstore: Cannot open the database at .*: the directory is not writable/)
   assert.equal(result.stderr.trim().split('\n').length, 1, result.stderr)
+})
+
+/** One line on stderr, `plantstore: …`, and nothing that looks like a stack trace. */
+function assertOneLine (stderr: string, expected: RegExp): void {
+  assert.match(stderr, expected)
+  assert.equal(stderr.trim().split('\n').length, 1, stderr)
+  assert.doesNotMatch(stderr, /\n\s+at /)
+}
+
+test('a start on a taken port fails with one line, and does not use up the first token', async (t) => {
+  const dir = tempDir(t)
+  const blocker = createServer().listen(0, '127.0.0.1')
+  await new Promise(resolve => blocker.once('listening', resolve))
+  t.after(() => blocker.close())
+  const { port } = blocker.address() as AddressInfo
+  const failed = startFails({ PORT: String(port), HOST: '127.0.0.1', DATABASE_URL: join(dir, 'plantstore.db') })
+  assert.equal(failed.status, 1)
+  assertOneLine(failed.stderr, /^plantstore: Cannot listen on 127\.0\.0\.1:\d+: the port is already in use/)
+
+  const server = await startServer(t, { dir })
+  assert.equal((await call(server, 'POST', '/plants', { body: { id: 1, name: 'Fern' } })).status, 200)
+})
+
+test('a start on a host name that does not resolve fails with one line', (t) => {
+  const dir = tempDir(t)
+  const failed = startFails({ PORT: '0', HOST: 'no-such-host.invalid', DATABASE_URL: join(dir, 'plantstore.db') })
+  assert.equal(failed.status, 1)
+  assertOneLine(failed.stderr, /^plantstore: Cannot listen on no-such-host\.invalid:0: /)
+})
+
+test('the first-start banner names the database by its absolute path', async (t) => {
+  const dir = tempDir(t)
+  const server = await startServer(t, { dir, cwd: dir, env: { DATABASE_URL: 'plantstore.db' } })
+  assert.ok(server.stderr().includes(` ${join(dir, 'plantstore.db')},`), server.stderr())
+  assert.equal((await call(server, 'POST', '/plants', { body: { id: 1, name: 'Fern' } })).status, 200)
+})
+
+test('several servers starting together on an empty store create exactly one first token, and one of them shows it', async (t) => {
+  const dir = tempDir(t)
+  const servers = await Promise.all([1, 2, 3].map(() => startServer(t, { dir, token: 'not yet known' })))
+  const banners = (): string[] => servers.flatMap(server => /^ {3}(pst_\S+)$/m.exec(server.stderr())?.[1] ?? [])
+  const deadline = Date.now() + 5000
+  while (banners().length === 0 && Date.now() < deadline) await new Promise(resolve => setTimeout(resolve, 20))
+  await new Promise(resolve => setTimeout(resolve, 300)) // room for a second banner, if one were coming
+  assert.equal(banners().length, 1, servers.map(server => server.stderr()).join('\n'))
+  const list = cli(dir, ['tokens', 'list']).stdout
+  assert.equal(list.trimEnd().split('\n').length, 1, list)
+  for (const server of servers) assert.equal((await call(server, 'GET', '/plants', { token: banners()[0] })).status, 200)
 })

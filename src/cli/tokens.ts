@@ -1,0 +1,92 @@
+import { setTimeout as sleep } from 'node:timers/promises'
+import { ConfigError } from '../config.js'
+import { DEFAULT_SCOPES, type NewToken, type Scope, type Store, type TokenRecord } from '../store/store.js'
+import { digestOf, generateToken, isScope, isTokenName, MAX_TOKEN_LIFETIME_MS, parseDuration, TOKEN_CACHE_MS } from '../tokens.js'
+import { parseCommand, quoted, type Parsed } from './args.js'
+import { databaseUrlOf, openForCommand } from './database.js'
+import { USAGE } from './usage.js'
+
+const DATABASE_URL = { 'database-url': { type: 'string' } } as const
+
+/** A name as `tokens list` prints it: escaped, so that a name stored before names were checked cannot break the line. */
+const printable = (name: string): string => JSON.stringify(name).slice(1, -1)
+
+/** One line of `tokens list`, tab-separated; the state is whichever ended the token first. */
+function describeToken (token: TokenRecord): string {
+  const expired = token.expiresAt !== undefined && token.expiresAt.getTime() <= Date.now()
+  const state = token.revokedAt !== undefined && !(expired && token.expiresAt!.getTime() <= token.revokedAt.getTime())
+    ? `revoked ${token.revokedAt.toISOString()}`
+    : expired ? `expired ${token.expiresAt!.toISOString()}` : 'active'
+  const expires = token.expiresAt === undefined ? 'never expires' : `expires ${token.expiresAt.toISOString()}`
+  return `${token.id}\t${printable(token.name)}\t${token.scopes.join(',')}\t${state}\tcreated ${token.createdAt.toISOString()}\t${expires}`
+}
+
+/** The moment a token made now with `--expires-in text` stops working; a ConfigError if the lifetime is malformed or too long. */
+function expiryOf (text: string): Date {
+  const lifetime = parseDuration(text)
+  if (lifetime === undefined) throw new ConfigError(`--expires-in takes a number and a unit (s, m, h, d, w), such as 30d, not ${quoted(text)}.`)
+  if (lifetime > MAX_TOKEN_LIFETIME_MS) throw new ConfigError(`--expires-in is at most 10 years (3650d or 521w), not ${quoted(text)}.`)
+  return new Date(Date.now() + lifetime)
+}
+
+/** The token `tokens create` was asked for, checked before any store is opened or created. */
+function newTokenOf (values: Parsed['values']): Omit<NewToken, 'digest'> {
+  const name = values.name as string | undefined
+  if (name === undefined) throw new ConfigError('tokens create needs --name NAME; see plantstore tokens create --help.')
+  if (!isTokenName(name)) throw new ConfigError(`A token name is 1 to 64 letters, digits, dots, hyphens or underscores, not all digits; ${quoted(name)} is not.`)
+  const scopes = (values.scope as string[] | undefined) ?? DEFAULT_SCOPES
+  const unknown = scopes.find(scope => !isScope(scope))
+  if (unknown !== undefined) throw new ConfigError(`Unknown scope ${quoted(unknown)}; use plants:read, plants:write or admin.`)
+  const expiresIn = values['expires-in'] as string | undefined
+  return { name, scopes: [...new Set(scopes)] as Scope[], expiresAt: expiresIn === undefined ? undefined : expiryOf(expiresIn) }
+}
+
+async function create (store: Store, wanted: Omit<NewToken, 'digest'>): Promise<void> {
+  const token = generateToken()
+  const created = await store.createToken({ ...wanted, digest: digestOf(token) })
+  if (created === 'name-taken') throw new ConfigError(`An active token is already named ${quoted(wanted.name)}; revoke it or choose another name.`)
+  process.stdout.write(token + '\n') // alone on stdout, so that TOKEN=$(plantstore tokens create …) works
+  process.stderr.write(`Created token ${created.id} "${created.name}" (${created.scopes.join(', ')}). It is shown only this once.\n`)
+}
+
+async function revoke (store: Store, nameOrId: string): Promise<void> {
+  const revoked = await store.revokeToken(nameOrId)
+  if (revoked === undefined) throw new ConfigError(`No active token is named ${quoted(nameOrId)} and none has that id.`)
+  // Running servers may answer from a lookup made just before; once this returns, none does.
+  await sleep(TOKEN_CACHE_MS + 100)
+  process.stderr.write(`Revoked token ${revoked.id} "${printable(revoked.name)}"; no server accepts it any more.\n`)
+}
+
+const SUBCOMMANDS = {
+  create: { options: { ...DATABASE_URL, name: { type: 'string' }, scope: { type: 'string', multiple: true }, 'expires-in': { type: 'string' } }, positionals: 0 },
+  list: { options: DATABASE_URL, positionals: 0 },
+  revoke: { options: DATABASE_URL, positionals: 1 }
+} as const
+
+/** `plantstore tokens create|list|revoke …`: the subcommand comes first, then its flags. */
+export async function tokens (args: string[]): Promise<void> {
+  const [action, ...rest] = args
+  if (action === undefined) throw new ConfigError('tokens needs a command: create, list or revoke; see plantstore tokens --help.')
+  if (action === '--help' || action === '-h') {
+    process.stdout.write(USAGE.tokens + '\n')
+    return
+  }
+  if (!Object.hasOwn(SUBCOMMANDS, action)) throw new ConfigError(`Unknown tokens command ${quoted(action)}; use create, list or revoke (see plantstore tokens --help).`)
+  const subcommand = action as keyof typeof SUBCOMMANDS
+  const parsed = parseCommand(`tokens ${subcommand}`, rest, SUBCOMMANDS[subcommand].options, SUBCOMMANDS[subcommand].positionals)
+  if (parsed === undefined) {
+    process.stdout.write(USAGE[`tokens ${subcommand}`] + '\n')
+    return
+  }
+  const wanted = subcommand === 'create' ? newTokenOf(parsed.values) : undefined
+  const [nameOrId] = parsed.positionals
+  if (subcommand === 'revoke' && nameOrId === undefined) throw new ConfigError('tokens revoke takes one NAME_OR_ID; see plantstore tokens revoke --help.')
+  const store = openForCommand(databaseUrlOf(parsed.values['database-url'] as string | undefined))
+  try {
+    if (wanted !== undefined) await create(store, wanted)
+    else if (subcommand === 'list') for (const token of await store.listTokens()) process.stdout.write(describeToken(token) + '\n')
+    else await revoke(store, nameOrId)
+  } finally {
+    await store.close()
+  }
+}

@@ -1,0 +1,60 @@
+import Database from 'better-sqlite3'
+import { closeSync, existsSync, fsyncSync, linkSync, openSync, rmSync } from 'node:fs'
+import { basename, dirname, join, resolve } from 'node:path'
+import { ConfigError } from '../config.js'
+
+/** Pages a backup step may copy: all of them, so the copy is one snapshot and never restarts. */
+const ALL_PAGES = 0x7fffffff
+
+function fsyncPath (path: string): void {
+  const fd = openSync(path, 'r')
+  try {
+    fsyncSync(fd)
+  } finally {
+    closeSync(fd)
+  }
+}
+
+/**
+ * Copies the SQLite store at `source` to `destination` while other processes keep writing to
+ * it, with SQLite's online backup: the copy is the store as of one committed moment. The copy
+ * is a self-contained database in rollback-journal mode (no -wal file belongs to it), readable
+ * by its owner only, and synced to disk. It is written under a temporary name beside
+ * `destination` and linked into place at the end, so `destination` is never overwritten and
+ * never seen half-written. Throws a ConfigError of one line when it cannot be made.
+ */
+export async function backupSqlite (source: string, destination: string): Promise<void> {
+  if (!existsSync(source)) throw new ConfigError(`There is no store at ${resolve(source)} to back up.`)
+  if (existsSync(destination)) throw new ConfigError(`${resolve(destination)} already exists; a backup never overwrites a file, so remove it or choose another name.`)
+  const partial = join(dirname(destination), `.${basename(destination)}.partial-${process.pid}`)
+  try {
+    closeSync(openSync(partial, 'wx', 0o600)) // SQLite keeps the mode of a file it finds
+  } catch (error) {
+    const reason = (error as NodeJS.ErrnoException).code === 'ENOENT' ? 'the directory does not exist' : 'the directory is not writable'
+    throw new ConfigError(`Cannot write the backup ${resolve(destination)}: ${reason}.`)
+  }
+  try {
+    const store = new Database(source, { readonly: true, fileMustExist: true })
+    try {
+      store.pragma('busy_timeout = 5000')
+      await store.backup(partial, { progress: () => ALL_PAGES })
+    } finally {
+      store.close()
+    }
+    const copy = new Database(partial)
+    try {
+      copy.pragma('journal_mode = DELETE') // the store's WAL flag came along with its first page
+    } finally {
+      copy.close()
+    }
+    fsyncPath(partial)
+    linkSync(partial, destination) // fails if `destination` appeared meanwhile: still not overwritten
+    fsyncPath(dirname(resolve(destination)))
+  } catch (error) {
+    if (error instanceof ConfigError) throw error
+    const reason = (error as NodeJS.ErrnoException).code === 'EEXIST' ? 'it appeared while the backup ran' : (error as Error).message
+    throw new ConfigError(`Cannot write the backup ${resolve(destination)}: ${reason}.`)
+  } finally {
+    rmSync(partial, { force: true })
+  }
+}

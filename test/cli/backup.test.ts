@@ -1,0 +1,85 @@
+import assert from 'node:assert/strict'
+import Database from 'better-sqlite3'
+import { spawn } from 'node:child_process'
+import { existsSync, readdirSync, statSync, writeFileSync } from 'node:fs'
+import { join } from 'node:path'
+import { test } from 'node:test'
+import { call, cli, MAIN, startServer, tempDir } from '../helpers.js'
+
+/** Runs the CLI without blocking this process, so that requests can go on meanwhile. */
+function cliAsync (args: string[], env: NodeJS.ProcessEnv): Promise<{ status: number | null, stderr: string }> {
+  const child = spawn(process.execPath, [MAIN, ...args], { env: { ...process.env, ...env }, stdio: ['ignore', 'ignore', 'pipe'] })
+  let stderr = ''
+  child.stderr.setEncoding('utf8').on('data', (chunk: string) => { stderr += chunk })
+  return new Promise(resolve => child.once('exit', status => resolve({ status, stderr })))
+}
+
+test('plantstore backup copies a live store consistently, while plants are being written', async (t) => {
+  const dir = tempDir(t)
+  const dbPath = join(dir, 'plantstore.db')
+  assert.equal(cli(dir, ['migrate']).status, 0)
+  // A store of some size, so the copy takes more than an instant.
+  const seed = new Database(dbPath)
+  const insert = seed.prepare('INSERT INTO plants (id, name, tag) VALUES (?, ?, ?)')
+  seed.transaction(() => { for (let id = 1; id <= 20_000; id++) insert.run(id, `Seeded plant ${id}`, 'seed') })()
+  seed.close()
+  const server = await startServer(t, { dir })
+
+  const acknowledged: number[] = []
+  let id = 100_000
+  const writeUntil = async (done: () => boolean): Promise<void> => {
+    while (!done()) {
+      const batch = Array.from({ length: 10 }, () => ++id)
+      const answers = await Promise.all(batch.map(n => call(server, 'POST', '/plants', { body: { id: n, name: `Plant ${n}` } })))
+      answers.forEach((answer, i) => { if (answer.status === 200) acknowledged.push(batch[i]) })
+    }
+  }
+  await writeUntil(() => acknowledged.length >= 100)
+  const beforeBackup = [...acknowledged]
+  const copyPath = join(dir, 'copy.db')
+  let finished = false
+  const backup = cliAsync(['backup', copyPath], { DATABASE_URL: dbPath }).finally(() => { finished = true })
+  await writeUntil(() => finished)
+  const result = await backup
+  assert.equal(result.status, 0, result.stderr)
+  assert.ok(acknowledged.length > beforeBackup.length, 'writes went on while the backup ran')
+
+  assert.equal(statSync(copyPath).mode & 0o777, 0o600)
+  assert.deepEqual(readdirSync(dir).filter(file => file.startsWith('copy.db') || file.startsWith('.copy.db')), ['copy.db'], 'no -wal, no partial file')
+  const copy = new Database(copyPath, { readonly: true, fileMustExist: true })
+  t.after(() => copy.close())
+  assert.equal(copy.pragma('integrity_check', { simple: true }), 'ok')
+  assert.equal(copy.pragma('journal_mode', { simple: true }), 'delete')
+  const ids = new Set((copy.prepare('SELECT id FROM plants').pluck().all() as number[]))
+  assert.equal(copy.prepare('SELECT count(*) FROM plants WHERE id <= 20000').pluck().get(), 20_000)
+  for (const n of beforeBackup) assert.ok(ids.has(n), `plant ${n} was acknowledged before the backup began`)
+  assert.equal(copy.prepare('SELECT count(*) FROM tokens').pluck().get(), 1)
+})
+
+test('plantstore backup never overwrites a file, and says why in one line', (t) => {
+  const dir = tempDir(t)
+  assert.equal(cli(dir, ['migrate']).status, 0)
+  const target = join(dir, 'precious.db')
+  writeFileSync(target, 'keep me')
+  const result = cli(dir, ['backup', target])
+  assert.equal(result.status, 1)
+  assert.equal(result.stderr, `plantstore: ${target} already exists; a backup never overwrites a file, so remove it or choose another name.\n`)
+  assert.equal(statSync(target).size, 'keep me'.length)
+})
+
+test('plantstore backup refuses a missing store, a missing directory and PostgreSQL with one line each', (t) => {
+  const dir = tempDir(t)
+  const missing = cli(dir, ['backup', join(dir, 'copy.db')])
+  assert.equal(missing.status, 1)
+  assert.match(missing.stderr, /^plantstore: There is no store at .*plantstore\.db to back up\.\n$/)
+  assert.equal(existsSync(join(dir, 'plantstore.db')), false, 'backup does not create a store')
+
+  assert.equal(cli(dir, ['migrate']).status, 0)
+  const noDir = cli(dir, ['backup', join(dir, 'no', 'such', 'copy.db')])
+  assert.equal(noDir.status, 1)
+  assert.match(noDir.stderr, /^plantstore: Cannot write the backup .*: the directory does not exist\.\n$/)
+
+  const postgres = cli(dir, ['backup', join(dir, 'copy.db'), '--database-url', 'postgres://db.example/plants'])
+  assert.equal(postgres.status, 1)
+  assert.equal(postgres.stderr, 'plantstore: backup copies SQLite stores only; for PostgreSQL, use pg_dump.\n')
+})

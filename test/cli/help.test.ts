@@ -1,0 +1,42 @@
+import assert from 'node:assert/strict'
+import { readFileSync } from 'node:fs'
+import { join } from 'node:path'
+import { test } from 'node:test'
+import { cli, ROOT, tempDir } from '../helpers.js'
+
+const COMMANDS = [['serve'], ['migrate'], ['tokens'], ['tokens', 'create'], ['tokens', 'list'], ['tokens', 'revoke'], ['backup']]
+
+test('--help on every command and subcommand prints its usage on stdout and exits 0, touching no store', (t) => {
+  const dir = tempDir(t)
+  for (const command of [[], ...COMMANDS]) {
+    for (const flag of ['--help', '-h']) {
+      const result = cli(dir, [...command, flag])
+      const name = ['plantstore', ...command].join(' ')
+      assert.equal(result.status, 0, `${name} ${flag}: ${result.stderr}`)
+      assert.equal(result.stderr, '', name)
+      assert.match(result.stdout, new RegExp(`^Usage: ${name} `), name)
+    }
+  }
+  assert.throws(() => readFileSync(join(dir, 'plantstore.db')), /ENOENT/)
+})
+
+test('plantstore --version prints the version in package.json', (t) => {
+  const { version } = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8'))
+  const result = cli(tempDir(t), ['--version'])
+  assert.equal(result.status, 0)
+  assert.equal(result.stdout, `${version}\n`)
+})
+
+test('an unknown flag is one line on stderr, naming it, and exit 1', (t) => {
+  const dir = tempDir(t)
+  for (const command of [[], ...COMMANDS.filter(c => c.join() !== 'tokens')]) {
+    const result = cli(dir, [...command, '--bogus'])
+    const name = command.join(' ')
+    assert.equal(result.status, 1, name)
+    assert.equal(result.stdout, '', name)
+    assert.match(result.stderr, /^plantstore: .*unknown option "--bogus"; see plantstore .*--help\.\n$/, name)
+  }
+  const unknown = cli(dir, ['tokens', 'frobnicate'])
+  assert.equal(unknown.status, 1)
+  assert.match(unknown.stderr, /^plantstore: Unknown tokens command "frobnicate"; .*\n$/)
+})
