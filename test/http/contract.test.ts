@@ -57,3 +57,62 @@ test("the served POST /plants, its schemas and its security are the seed's", asy
   assert.deepEqual(security, [{ bearerAuth: [] }])
   assert.deepEqual(doc.components.securitySchemes.bearerAuth, { type: 'http', scheme: 'bearer' })
 })
+
+// POST /plants as published, word for word: the lint exceptions for its missing summary and tags
+// (.redocly.lint-ignore.yaml, .spectral.yaml) exist because this must not change.
+const publishedAddPlant = {
+  operationId: 'addPlant',
+  description: 'Creates a new plant in the store.',
+  requestBody: { description: 'Plant to add to the store', required: true, content: { 'application/json': { schema: { $ref: '#/components/schemas/NewPlant' } } } },
+  responses: {
+    200: { description: 'plant response', content: { 'application/json': { schema: { $ref: '#/components/schemas/Plant' } } } },
+    400: { description: 'unexpected error', content: { 'application/json': { schema: { $ref: '#/components/schemas/Error' } } } }
+  }
+}
+
+test('the served POST /plants is the published operation exactly: nothing added, nothing reworded', async (t) => {
+  const server = await startServer(t)
+  const doc = (await call(server, 'GET', '/openapi.json', { token: null })).body
+  assert.deepEqual(doc.paths['/plants'].post, publishedAddPlant)
+})
+
+/** Every operation but the seed's, as `METHOD path` and the operation. */
+function ownOperations (doc: Schema): Array<[string, Schema]> {
+  return Object.entries(doc.paths as Schema).flatMap(([path, item]: [string, Schema]) =>
+    Object.entries(item).filter(([method]) => method !== 'parameters').map(([method, operation]): [string, Schema] => [`${method.toUpperCase()} ${path}`, operation]))
+    .filter(([name]) => name !== 'POST /plants')
+}
+
+test('every operation but the seed\'s has a summary and a tag the document defines', async (t) => {
+  const server = await startServer(t)
+  const doc = (await call(server, 'GET', '/openapi.json', { token: null })).body
+  assert.ok(Array.isArray(doc.tags), 'the document defines its tags')
+  const defined = (doc.tags as Schema[]).map(tag => tag.name)
+  const operations = ownOperations(doc)
+  assert.ok(operations.length >= 6, 'the extensions and the probes are there')
+  for (const [name, operation] of operations) {
+    assert.equal(typeof operation.summary, 'string', `${name} has a summary`)
+    assert.ok(operation.summary.length > 0, `${name} has a summary`)
+    assert.ok(Array.isArray(operation.tags) && operation.tags.length > 0, `${name} has tags`)
+    for (const tag of operation.tags) assert.ok(defined.includes(tag), `${name}: tag ${tag} is defined`)
+  }
+})
+
+test('our operations\' 401, 405, 429 and 503 answers declare WWW-Authenticate, Allow and Retry-After', async (t) => {
+  const server = await startServer(t)
+  const doc = (await call(server, 'GET', '/openapi.json', { token: null })).body
+  const required: Record<string, string> = { 401: 'WWW-Authenticate', 405: 'Allow', 429: 'Retry-After', 503: 'Retry-After' }
+  for (const [name, operation] of ownOperations(doc)) {
+    const secured = (operation.security ?? doc.security).length > 0
+    const expected = secured ? ['401', '405', '429', '503'] : ['405']
+    for (const status of expected) assert.ok(operation.responses[status] !== undefined, `${name} lists ${status}`)
+    for (const [status, answer] of Object.entries(operation.responses as Schema)) {
+      const header = required[status]
+      if (header === undefined) continue
+      const headers = resolve(doc, answer).headers ?? {}
+      assert.ok(headers[header] !== undefined, `${name} ${status} declares ${header}`)
+      assert.ok(resolve(doc, headers[header]).schema !== undefined, `${name} ${status}: ${header} has a schema`)
+    }
+  }
+  assert.ok(doc.paths['/plants'].get.responses['200'].headers.Link !== undefined, 'GET /plants 200 declares Link')
+})
