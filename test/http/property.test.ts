@@ -31,13 +31,13 @@ const invalidBody: fc.Arbitrary<string> = fc.oneof(
   fc.string().filter(text => { try { JSON.parse(text); return false } catch { return true } })
 )
 
-test('1,000 generated invalid bodies: each a 4xx Error body, nothing stored, the server stays up', async (t) => {
+test('1,000 generated invalid bodies: each a 400 Error body, nothing stored, the server stays up', async (t) => {
   const server = await startServer(t)
   const sent: string[] = []
   await fc.assert(fc.asyncProperty(invalidBody, async (raw) => {
     sent.push(raw)
     const answer = await call(server, 'POST', '/plants', { raw, headers: { 'content-type': 'application/json' } })
-    assert.ok(answer.status >= 400 && answer.status < 500 && isErrorBody(answer, answer.status), `${raw} -> ${answer.status} ${answer.text}`)
+    assert.ok(isErrorBody(answer, 400), `${raw} -> ${answer.status} ${answer.text}`)
   }), { numRuns: 1000 })
   assert.equal(sent.length >= 1000, true)
   const stored = await call(server, 'GET', '/plants?limit=1')

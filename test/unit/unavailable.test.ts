@@ -3,19 +3,38 @@ import { test } from 'node:test'
 import pino from 'pino'
 import { buildApp } from '../../src/app.js'
 import { StoreUnavailableError } from '../../src/errors.js'
-import type { Store } from '../../src/store/store.js'
+import { ALL_SCOPES, type Store } from '../../src/store/store.js'
+import { digestOf } from '../../src/tokens.js'
 
-/** A store whose storage is gone: every call fails the way a lost disk or writer does. */
-const brokenStore = new Proxy({}, {
-  get: () => async () => { throw new StoreUnavailableError('disk unplugged at /secret/path') }
-}) as Store
+const TOKEN = `pst_${'a'.repeat(43)}`
+
+/**
+ * A store whose storage is gone for plants (every call fails the way a lost disk or writer
+ * does) but which still knows the token, so that requests get past auth and reach the store.
+ */
+function storeWithoutStorage (calls: string[]): Store {
+  const token = { record: { id: 1, name: 'test', scopes: ALL_SCOPES, createdAt: new Date() }, digest: digestOf(TOKEN) }
+  return new Proxy({}, {
+    get: (_target, method: string) => async () => {
+      if (method === 'findToken') return token
+      calls.push(method)
+      throw new StoreUnavailableError('disk unplugged at /secret/path')
+    }
+  }) as Store
+}
 
 test('an unreachable store is 503 with Retry-After and the Error body, never its internals', async (t) => {
-  const app = await buildApp({ config: { logLevel: 'silent', rateLimitPerMinute: 0, requestTimeout: 10 }, store: brokenStore })
+  const calls: string[] = []
+  const app = await buildApp({ config: { logLevel: 'silent', rateLimitPerMinute: 0, requestTimeout: 10 }, store: storeWithoutStorage(calls) })
   t.after(() => app.close())
-  for (const [method, url] of [['GET', '/readyz'], ['GET', '/plants/1']] as const) {
-    const res = await app.inject({ method, url, headers: { authorization: `Bearer pst_${'a'.repeat(43)}` } })
-    assert.equal(res.statusCode, 503, url)
+  const requests = [
+    ['GET', '/readyz', undefined, 'ping'], ['GET', '/plants/1', undefined, 'get'], ['GET', '/plants', undefined, 'list'],
+    ['POST', '/plants', { id: 1, name: 'Fern' }, 'create'], ['PUT', '/plants/1', { name: 'Fern' }, 'replace'], ['DELETE', '/plants/1', undefined, 'remove']
+  ] as const
+  for (const [method, url, payload, reached] of requests) {
+    const res = await app.inject({ method, url, payload, headers: { authorization: `Bearer ${TOKEN}` } })
+    assert.equal(res.statusCode, 503, `${method} ${url}: ${res.body}`)
+    assert.equal(calls.at(-1), reached, `${method} ${url} reached the store's ${reached}`)
     assert.equal(res.headers['retry-after'], '1')
     assert.deepEqual(Object.keys(res.json()).sort(), ['error', 'message'])
     assert.equal(res.json().error, 503)
