@@ -1,6 +1,7 @@
 // CPU per write of the SQLite store alone, without HTTP: the writer thread's share of a POST.
-// Usage: npm run bench:writes [-- WRITES BATCH], defaults 20000 writes in batches of 36 (what
-// group commit gathers under the HTTP bench's 64 connections). Run it a few times: the VM is noisy.
+// Usage: npm run bench:writes [-- WRITES BATCH], defaults 20000 writes in batches of 36 (about what
+// group commit gathered under the HTTP bench's 64 connections, see docs/performance.md). Run it a
+// few times: the VM is noisy.
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'

@@ -2,7 +2,7 @@
 // the same request work without storage. Usage: npm run bench, with these optional settings:
 //   BENCH_SECONDS (10)  BENCH_ROUNDS (5)  BENCH_CONNECTIONS (64)  BENCH_ONLY (post,get,list)  BENCH_SOAK_SECONDS (off)
 // Each scenario runs in rounds, reference then service in each, so that both meet the same
-// machine: on a shared VM throughput drifts by ±20% from minute to minute. The ratio reported
+// machine: on a shared VM throughput drifts from minute to minute (docs/performance.md). The ratio reported
 // is the median of the rounds' ratios.
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
 import { createHash } from 'node:crypto'
@@ -157,7 +157,7 @@ function createToken (databaseUrl: string): string {
   return run.stdout.trim()
 }
 
-/** Compiled to plain JS first: under tsx the reference would carry a loader thread and an esbuild process (~30 MiB). */
+/** Compiled to plain JS first: under tsx the reference would carry a loader thread and an esbuild process, and their memory. */
 function compileReference (dir: string): string {
   const tsc = join(ROOT, 'node_modules/.bin/tsc')
   const args = ['--ignoreConfig', '--outDir', dir, '--module', 'nodenext', '--moduleResolution', 'nodenext', '--target', 'es2022', '--types', 'node', '--skipLibCheck', '--strict', 'scripts/reference-server.ts']

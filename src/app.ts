@@ -35,7 +35,7 @@ function isUtf8Charset (contentType: string | undefined): boolean {
 export async function buildApp ({ config, store, log = pino({ level: config.logLevel }) }: AppOptions): Promise<FastifyInstance> {
   const app = Fastify({
     // Fastify's own logger stays off: given one, it listens for the end of every response, at any
-    // level (about 6% of a POST's CPU at LOG_LEVEL=warn). Our logger writes the request lines.
+    // level, a measurable share of a POST (docs/performance.md). Our logger writes the request lines.
     logger: false,
     genReqId: () => randomUUID(),
     bodyLimit: BODY_LIMIT,
