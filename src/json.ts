@@ -117,27 +117,33 @@ class Reader {
     }
   }
 
+  /** The index after the digits at `at`; fails unless there is at least one. */
+  private digits (at: number): number {
+    const text = this.text
+    const from = at
+    for (let c = text.charCodeAt(at); c >= 48 && c <= 57; c = text.charCodeAt(++at));
+    if (at === from) this.fail()
+    return at
+  }
+
   private number (): number | bigint {
     const text = this.text
     const start = this.at
     let at = start
     if (text.charCodeAt(at) === 45) at++
     const digitsAt = at
-    let simple = true
-    const digits = (): void => {
-      const from = at
-      for (let c = text.charCodeAt(at); c >= 48 && c <= 57; c = text.charCodeAt(++at));
-      if (at === from) this.fail()
-    }
-    digits()
+    at = this.digits(at)
     if (text.charCodeAt(digitsAt) === 48 && at - digitsAt > 1) this.fail() // no leading zeros
-    if (text.charCodeAt(at) === 46) { at++; digits(); simple = false }
+    let simple = true
+    if (text.charCodeAt(at) === 46) {
+      at = this.digits(at + 1)
+      simple = false
+    }
     const e = text.charCodeAt(at)
     if (e === 101 || e === 69) {
-      at++
-      const sign = text.charCodeAt(at)
+      const sign = text.charCodeAt(++at)
       if (sign === 43 || sign === 45) at++
-      digits()
+      at = this.digits(at)
       simple = false
     }
     this.at = at
