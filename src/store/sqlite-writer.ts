@@ -195,25 +195,22 @@ function flush (): void {
   const now = Date.now()
   const batches = pending
   pending = []
-  const results: WriteResult[] = []
+  const expired: WriteResult[] = []
   const live: WriteBatch[] = []
   for (const batch of batches) {
     if (batch[0] > now) live.push(batch)
-    else for (const [seq] of batch[1]) results.push([seq, 'unavailable', `The write waited for the database past its deadline: ${lockError}`])
+    else for (const [seq] of batch[1]) expired.push([seq, 'unavailable', `The write waited for the database past its deadline: ${lockError}`])
   }
-  if (live.length > 0) {
-    const committed = commit(live)
-    if (committed === undefined) {
-      pending = live
-      setImmediate(flush)
-    } else if (results.length === 0) {
-      parentPort!.postMessage(committed)
-      return
-    } else {
-      results.push(...committed)
-    }
+  // Answered before the others wait for the lock, not after.
+  if (expired.length > 0) parentPort!.postMessage(expired)
+  if (live.length === 0) return
+  const committed = commit(live)
+  if (committed !== undefined) {
+    parentPort!.postMessage(committed)
+  } else {
+    pending = live
+    setImmediate(flush)
   }
-  if (results.length > 0) parentPort!.postMessage(results)
 }
 
 /**
