@@ -22,10 +22,12 @@ function versionOf (db: Database.Database): number {
  * Pragmas every connection sets; `synchronous = FULL` makes each commit fsync the WAL. The page
  * cache is 2 MiB a connection, not the 16 MiB better-sqlite3 builds in: the service holds two
  * connections, both caches filled up under load (32 MiB of the process's memory), and the
- * kernel's page cache keeps the file's pages anyway.
+ * kernel's page cache keeps the file's pages anyway. `busyTimeoutMs` is how long a statement
+ * waits for a lock another connection holds; the service's own connections pass 0 and bound
+ * their waits themselves.
  */
-export function configure (db: Database.Database): void {
-  db.pragma('busy_timeout = 5000')
+export function configure (db: Database.Database, { busyTimeoutMs = 5000 }: { busyTimeoutMs?: number } = {}): void {
+  db.pragma(`busy_timeout = ${busyTimeoutMs}`)
   db.pragma('synchronous = FULL')
   db.pragma('cache_size = -2048')
   db.pragma('foreign_keys = ON')
@@ -63,4 +65,15 @@ export function migrate (path: string): void {
   } finally {
     db.close()
   }
+}
+
+/**
+ * Copies every page of the WAL into the database file and empties the WAL, so that the `.db`
+ * file alone holds all the data (what a plain file copy takes). It waits for readers of other
+ * processes for `busyTimeoutMs` at most; true if it completed.
+ */
+export function checkpoint (db: Database.Database, busyTimeoutMs: number): boolean {
+  db.pragma(`busy_timeout = ${busyTimeoutMs}`)
+  const [{ busy }] = db.pragma('wal_checkpoint(TRUNCATE)') as Array<{ busy: number | bigint }>
+  return Number(busy) === 0
 }
