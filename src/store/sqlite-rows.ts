@@ -4,7 +4,7 @@ import type { PlantRecord, Scope, TokenRecord } from './store.js'
  * A plant as SQLite hands it over: plant statements run in raw mode (`.raw()`), which gives
  * each row as an array of its columns, `id, name, tag` in that order. A named row costs more:
  * better-sqlite3 builds it through V8's slow path, a key lookup and a shape change per column
- * per row (measured on a page of 100: 412 → 350 µs of CPU per request).
+ * per row (the saving on a page of 100 is in docs/performance.md).
  */
 export type PlantRow = [id: bigint, name: string, tag: string | null]
 

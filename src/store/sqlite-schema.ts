@@ -21,7 +21,7 @@ function versionOf (db: Database.Database): number {
 /**
  * Pragmas every connection sets; `synchronous = FULL` makes each commit fsync the WAL. The page
  * cache is 2 MiB a connection, not the 16 MiB better-sqlite3 builds in: the service holds two
- * connections, both caches filled up under load (32 MiB of the process's memory), and the
+ * connections, both caches filled up under load (a large share of the process's memory), and the
  * kernel's page cache keeps the file's pages anyway. `busyTimeoutMs` is how long a statement
  * waits for a lock another connection holds; the service's own connections pass 0 and bound
  * their waits themselves.

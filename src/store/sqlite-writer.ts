@@ -9,7 +9,7 @@ import { PLANT_BY_ID_SQL, PLANT_COLUMNS, rowToPlant, rowToToken, type PlantRow, 
 import type { NewToken } from './store.js'
 
 // Writes and results cross threads as tuples, not objects: a structured clone of an object
-// writes out every key; without them a write costs ~1 of its ~9 µs less (see the README).
+// writes out every key, a measurable share of a write (docs/performance.md).
 /** A write on its way to the writer: its sequence number, the operation, the operation's arguments. */
 export type WriteRequest = [seq: number, op: keyof typeof operations, args: unknown[]]
 /** How a write ended: done; refused by storage trouble (503); failed otherwise (a bug: 500). */
@@ -34,7 +34,7 @@ const WRITER_NICE = -10
  * Every write in a commit waits while the commit waits for a CPU, so the writer should run as
  * soon as a batch arrives, not when the event loop next sleeps. On a busy core at equal priority
  * it did not: the writer took everything at once, then the event loop had nothing to do during
- * the fsync (POST throughput +9 to +16% with the service pinned to one core; see the README). Linux
+ * the fsync (POST throughput with the service pinned to one core: docs/performance.md). Linux
  * lets a thread's priority be raised with CAP_SYS_NICE (root has it); elsewhere, or without it,
  * the writer keeps the default.
  */
@@ -138,7 +138,7 @@ function failure (seq: number, error: unknown): WriteResult {
 }
 
 // One transaction, so one commit and one fsync, for the whole batch. No savepoint per write
-// (they cost ~1.2 µs a write): each operation changes rows with one statement at most, and
+// (a measured cost per write): each operation changes rows with one statement at most, and
 // SQLite undoes a failed statement by itself, so a failing write leaves the others intact.
 // Some errors (a full disk, an I/O error) make SQLite roll back the whole transaction: then
 // the batch stops there and every write in it is answered with the error.
