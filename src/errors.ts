@@ -124,11 +124,30 @@ function send (reply: FastifyReply, failure: ApiError): FastifyReply {
   return reply.code(failure.status).headers(failure.headers).type('application/json').send(errorBody(failure.status, failure.message))
 }
 
+/**
+ * A warn line for storage trouble (503), at most one a second, counting the requests refused
+ * since the last: a stalled disk refuses hundreds a second, and must not flood the log as well.
+ */
+function onceASecond (log: Logger): (reqId: string, cause: string) => void {
+  let lastAt = -Infinity
+  let refused = 0
+  return (reqId, cause) => {
+    refused++
+    const now = performance.now()
+    if (now - lastAt < 1000) return
+    log.warn({ reqId, cause, refused }, 'store unavailable: answering 503')
+    lastAt = now
+    refused = 0
+  }
+}
+
 /** Replaces Fastify's and Node's error replies with the Error body, everywhere. */
 export function installErrorHandling (app: FastifyInstance, log: Logger): void {
+  const storeTrouble = onceASecond(log)
   app.setErrorHandler((error: FastifyError, request: FastifyRequest, reply: FastifyReply) => {
     const failure = toApiError(error)
-    if (failure.status >= 500) log.error({ reqId: request.id, err: error }, 'request failed')
+    if (failure.failure === 'unavailable') storeTrouble(request.id, error.message)
+    else if (failure.status >= 500) log.error({ reqId: request.id, err: error }, 'request failed')
     return send(reply, failure)
   })
 

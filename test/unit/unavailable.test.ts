@@ -58,3 +58,18 @@ test('a bug is 500 with the Error body; the log has the error and the request id
   assert.match(line.reqId, /^[0-9a-f-]{36}$/)
   assert.match(line.err.message, /undefined is not a plant/)
 })
+
+test('storage trouble is logged at warn, at most once a second, counting what it refused', async (t) => {
+  const lines: string[] = []
+  const log = pino({ level: 'warn' }, { write: (line: string) => { lines.push(line) } })
+  const app = await buildApp({ config: { logLevel: 'warn', rateLimitPerMinute: 0, requestTimeout: 10 }, store: storeWithoutStorage([]), log })
+  t.after(() => app.close())
+  for (let i = 0; i < 50; i++) {
+    assert.equal((await app.inject({ method: 'GET', url: '/plants/1', headers: { authorization: `Bearer ${TOKEN}` } })).statusCode, 503)
+  }
+  const logged = lines.map(line => JSON.parse(line))
+  assert.equal(logged.length, 1, 'one line for 50 refusals within a second')
+  assert.equal(logged[0].level, 40)
+  assert.equal(logged[0].refused, 1)
+  assert.match(logged[0].cause, /disk unplugged/, 'the log names the cause; the answer does not')
+})
