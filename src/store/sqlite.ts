@@ -212,8 +212,9 @@ export class SqliteStore implements Store {
   /**
    * Reads asked for during one turn of the event loop run together at its end (setImmediate),
    * in one read transaction, and their callers resume together. Under load this serves far
-   * more GET /plants/{id} per CPU second than a read per request (docs/performance.md): each stage (parse, route, query, reply) then runs for many requests in a row, and
-   * the replies reach the clients back to back. The snapshot is taken only after every request
+   * more GET /plants/{id} per CPU second than a read per request (docs/performance.md): each
+   * stage (parse, route, query, reply) then runs for many requests in a row, and the replies
+   * reach the clients back to back. The snapshot is taken only after every request
    * in the batch was read off its socket, so each read sees every write that was acknowledged
    * before its request arrived, whichever process made it; the next batch takes a new one.
    */
