@@ -4,6 +4,7 @@ import Database from 'better-sqlite3'
 import { readlinkSync } from 'node:fs'
 import { setPriority } from 'node:os'
 import { parentPort, workerData } from 'node:worker_threads'
+import { isBusy, isUnavailable } from './sqlite-errors.js'
 import { checkpoint, configure } from './sqlite-schema.js'
 import { PLANT_BY_ID_SQL, PLANT_COLUMNS, rowToPlant, rowToToken, type PlantRow, type TokenRow } from './sqlite-rows.js'
 import type { NewToken } from './store.js'
@@ -119,18 +120,6 @@ const operations = {
       (/^\d+$/.test(nameOrId) ? sql.revokeById.get(Date.now(), Number(nameOrId)) : undefined)) as TokenRow | undefined
     return row === undefined ? undefined : rowToToken(row)
   }
-}
-
-/** Storage trouble (busy, full, I/O, read-only) rather than a bug: answered 503, not 500. */
-function isUnavailable (error: unknown): boolean {
-  const code = (error as { code?: unknown }).code
-  return typeof code === 'string' && /^SQLITE_(BUSY|LOCKED|FULL|IOERR|READONLY|CANTOPEN|PROTOCOL|NOMEM)/.test(code)
-}
-
-/** Another connection holds the lock this one needs (an operator's sqlite3 session, a backup). */
-function isBusy (error: unknown): boolean {
-  const code = (error as { code?: unknown }).code
-  return typeof code === 'string' && code.startsWith('SQLITE_BUSY')
 }
 
 function failure (seq: number, error: unknown): WriteResult {

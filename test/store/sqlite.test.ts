@@ -125,10 +125,14 @@ test('a lost writer thread is replaced: the store recovers on its own', async (t
   assert.equal((await store.list({ limit: 10 })).length, 2)
 })
 
-test('writes after close are refused as unavailable, not lost silently', async (t) => {
-  const store = new SqliteStore(join(tempDir(t), 'plantstore.db'))
+test('writes after close are refused as unavailable (503), not lost silently and not stored', async (t) => {
+  const path = join(tempDir(t), 'plantstore.db')
+  const store = new SqliteStore(path)
   await store.close()
-  await assert.rejects(store.create({ id: 1n, name: 'late' }), { name: 'Error' })
+  await assert.rejects(store.create({ id: 1n, name: 'late' }), StoreUnavailableError)
+  const reopened = new SqliteStore(path)
+  t.after(() => reopened.close())
+  assert.equal(await reopened.get(1n), undefined)
 })
 
 test('a write by another process on the same file shows on the next read', async (t) => {
