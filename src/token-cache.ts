@@ -1,34 +1,43 @@
-import type { Store } from './store/store.js'
-import { TOKEN_CACHE_MS } from './tokens.js'
-
-export type Found = Awaited<ReturnType<Store['findToken']>>
+import { timingSafeEqual } from 'node:crypto'
+import type { Store, TokenRecord } from './store/store.js'
+import { digestOf, TOKEN_CACHE_MS } from './tokens.js'
 
 const CAPACITY = 10_000
 
+interface Entry { record: TokenRecord, secret: Buffer, at: number }
+
 /**
- * Recent token lookups, kept for TOKEN_CACHE_MS: a store read per request costs more than the
- * rest of the check. Revocation by the CLI waits that long before it returns, so a revoked
- * token is refused from the first request after `tokens revoke` has finished; expiry is
- * checked by the caller on every request. Unknown tokens are not remembered: no memory spent
- * on guessing. When full, the oldest entry makes room.
+ * Recent token checks, kept for TOKEN_CACHE_MS and keyed by the token as presented (it is in
+ * memory with the request anyway), so that a token seen within the last second costs neither
+ * a hash nor a store read. Revocation by the CLI waits TOKEN_CACHE_MS before it returns, so a
+ * revoked token is refused from the first request after `tokens revoke` has finished; expiry is
+ * checked by the caller on every request. Unknown tokens are not remembered: no memory spent on
+ * guessing. When full, the oldest entry makes room.
  */
 export class TokenCache {
-  private readonly entries = new Map<string, { found: Found, at: number }>()
+  private readonly entries = new Map<string, Entry>()
 
   constructor (private readonly store: Store) {}
 
-  /** The lookup if a fresh one is kept, else a promise of it: the usual case stays synchronous. */
-  lookup (digest: Buffer, now = performance.now()): Found | Promise<Found> {
-    const key = digest.toString('base64')
-    const entry = this.entries.get(key)
-    if (entry !== undefined && now - entry.at < TOKEN_CACHE_MS) return entry.found
-    this.entries.delete(key) // stale or absent; re-inserted last, so evicted last
+  /**
+   * The stored token that `token` is, or undefined: from memory if checked within
+   * TOKEN_CACHE_MS, else a promise of the store's answer. Either way the comparison that decides
+   * is constant-time: the presented bytes against the remembered ones, or the SHA-256 digests.
+   */
+  check (token: string, now = performance.now()): TokenRecord | undefined | Promise<TokenRecord | undefined> {
+    const entry = this.entries.get(token)
+    if (entry !== undefined && now - entry.at < TOKEN_CACHE_MS) {
+      const presented = Buffer.from(token)
+      return presented.length === entry.secret.length && timingSafeEqual(presented, entry.secret) ? entry.record : undefined
+    }
+    this.entries.delete(token) // stale or absent; re-inserted last, so evicted last
+    const digest = digestOf(token)
     // `now` was taken before the read, so an entry never outlives a change the read missed.
     return this.store.findToken(digest).then(found => {
-      if (found === undefined) return undefined
+      if (found === undefined || !timingSafeEqual(found.digest, digest)) return undefined
       if (this.entries.size >= CAPACITY) this.entries.delete(this.entries.keys().next().value as string)
-      this.entries.set(key, { found, at: now })
-      return found
+      this.entries.set(token, { record: found.record, secret: Buffer.from(token), at: now })
+      return found.record
     })
   }
 }

@@ -18,25 +18,25 @@ function countingStore (known: string[]): Store & { reads: number } {
   return store as unknown as Store & { reads: number }
 }
 
-test('a found token is answered from memory, synchronously, for TOKEN_CACHE_MS from before its read', async () => {
+test('a found token is answered from memory, synchronously, without a hash or a read, for TOKEN_CACHE_MS from before its read', async () => {
   const store = countingStore(['a'])
   const cache = new TokenCache(store)
-  const first = cache.lookup(digestOf('a'), 1000)
+  const first = cache.check('a', 1000)
   assert.ok(first instanceof Promise)
-  assert.equal((await first)?.record.name, 'ci')
-  const again = cache.lookup(digestOf('a'), 1000 + TOKEN_CACHE_MS - 1)
+  assert.equal((await first)?.name, 'ci')
+  const again = cache.check('a', 1000 + TOKEN_CACHE_MS - 1)
   assert.ok(!(again instanceof Promise))
-  assert.equal(again?.record.name, 'ci')
+  assert.equal(again?.name, 'ci')
   assert.equal(store.reads, 1)
-  assert.ok(cache.lookup(digestOf('a'), 1000 + TOKEN_CACHE_MS) instanceof Promise, 'stale at TOKEN_CACHE_MS')
+  assert.ok(cache.check('a', 1000 + TOKEN_CACHE_MS) instanceof Promise, 'stale at TOKEN_CACHE_MS')
   assert.equal(store.reads, 2)
 })
 
 test('unknown tokens are read every time, never remembered', async () => {
   const store = countingStore([])
   const cache = new TokenCache(store)
-  assert.equal(await cache.lookup(digestOf('guess'), 0), undefined)
-  assert.equal(await cache.lookup(digestOf('guess'), 1), undefined)
+  assert.equal(await cache.check('guess', 0), undefined)
+  assert.equal(await cache.check('guess', 1), undefined)
   assert.equal(store.reads, 2)
 })
 
@@ -44,9 +44,16 @@ test('at 10,000 tokens the oldest makes room; memory stays bounded', async () =>
   const tokens = Array.from({ length: 10_001 }, (_, i) => `t${i}`)
   const store = countingStore(tokens)
   const cache = new TokenCache(store)
-  for (const token of tokens) await cache.lookup(digestOf(token), 0)
+  for (const token of tokens) await cache.check(token, 0)
   assert.equal(store.reads, 10_001)
-  assert.ok(!(cache.lookup(digestOf('t10000'), 0) instanceof Promise), 'the newest is kept')
-  assert.ok(!(cache.lookup(digestOf('t1'), 0) instanceof Promise), 'the second oldest is kept')
-  assert.ok(cache.lookup(digestOf('t0'), 0) instanceof Promise, 'the oldest was evicted')
+  assert.ok(!(cache.check('t10000', 0) instanceof Promise), 'the newest is kept')
+  assert.ok(!(cache.check('t1', 0) instanceof Promise), 'the second oldest is kept')
+  assert.ok(cache.check('t0', 0) instanceof Promise, 'the oldest was evicted')
+})
+
+test('the store\'s answer counts only if its digest is the presented token\'s', async () => {
+  const store = { findToken: async () => ({ digest: digestOf('someone else'), record: { id: 1, name: 'x', scopes: [], createdAt: new Date(0) } }) } as unknown as Store
+  const cache = new TokenCache(store)
+  assert.equal(await cache.check('mine', 0), undefined)
+  assert.ok(cache.check('mine', 1) instanceof Promise, 'and a refusal is not remembered')
 })
