@@ -1,4 +1,4 @@
-import type { FastifyInstance } from 'fastify'
+import type { FastifyInstance, onRequestHookHandler } from 'fastify'
 import { ApiError } from './errors.js'
 
 const WINDOW_MS = 60_000
@@ -6,13 +6,14 @@ const WINDOW_MS = 60_000
 /**
  * At most `perMinute` requests per token in each fixed one-minute window; over it, 429 with
  * Retry-After. Counts live in this process (with several instances, each counts its own).
+ * Added to each route that takes a token, after its auth hook (installAuth must come first).
  */
 export function installRateLimit (app: FastifyInstance, perMinute: number): void {
   if (perMinute === 0) return
   let windowStart = 0
   let counts = new Map<number, number>()
   // A callback hook, like auth's: counting needs no promise per request.
-  app.addHook('onRequest', (request, _reply, done) => {
+  const limit: onRequestHookHandler = (request, _reply, done) => {
     if (request.token === undefined) return done()
     const now = Date.now()
     if (now - windowStart >= WINDOW_MS) {
@@ -24,5 +25,9 @@ export function installRateLimit (app: FastifyInstance, perMinute: number): void
     if (count <= perMinute) return done()
     const retryAfter = Math.ceil((windowStart + WINDOW_MS - now) / 1000)
     done(new ApiError('rateLimited', undefined, { 'retry-after': String(retryAfter) }))
+  }
+  app.addHook('onRoute', (route) => {
+    if (route.config?.scope === undefined) return
+    route.onRequest = [...(route.onRequest === undefined ? [] : [route.onRequest].flat()), limit]
   })
 }
