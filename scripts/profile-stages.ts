@@ -28,7 +28,8 @@ const STAGES: Array<[string, (f: CallFrame) => boolean]> = [
   ['body: JSON reading', f => /dist\/json\.js/.test(f.url)],
   ['body: receiving (stream, content-type parser)', f => /content-type-parser\.js|_http_incoming|streams\/readable|dist\/app\.js/.test(f.url)],
   ['validation (Ajv)', f => /ajv|validation\.js/.test(f.url) || (f.url === '' && /^validate/.test(f.functionName))],
-  ['serialization', f => /fast-json-stringify|serializer/.test(f.url)],
+  // fast-json-stringify's compiled serializers have no URL and are named anonymous0, anonymous1…
+  ['serialization', f => /fast-json-stringify/.test(f.url) || (f.url === '' && /^anonymous\d*$/.test(f.functionName))],
   ['write-back (reply, headers, socket write)', f => /reply\.js|_http_outgoing|stream_base_commons|streams\/writable/.test(f.url) || f.functionName === 'writev' || f.functionName === 'writeUtf8String'],
   ['routing', f => /find-my-way|lib\/route\.js/.test(f.url)],
   ['Fastify core: request, hooks, handler', f => /fastify\/(fastify|lib\/[a-z-]+)\.js/.test(f.url) || /dist\/routes\//.test(f.url) || /crypto\/random/.test(f.url)],
