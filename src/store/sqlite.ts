@@ -199,6 +199,12 @@ export class SqliteStore implements Store {
     if (this.lockRetry !== undefined) clearTimeout(this.lockRetry)
     this.lockRetry = undefined
     if (this.outbox.length === 0) return
+    if (this.walSuspect !== undefined) {
+      const refusal = new StoreUnavailableError(this.walSuspect)
+      for (const write of this.outbox) write.reject(refusal)
+      this.outbox = []
+      return
+    }
     const now = Date.now()
     const live: PendingWrite[] = []
     for (const write of this.outbox) {
@@ -482,6 +488,7 @@ export class SqliteStore implements Store {
     this.checkpointer = undefined
     if (worker !== undefined) {
       const exited = new Promise(resolve => worker.once('exit', resolve))
+      worker.ref() // the wait for it must keep the process alive
       worker.postMessage('close')
       await exited
     }

@@ -123,7 +123,7 @@ test('reads still waiting when the store closes are answered; reads after it are
   const writer = new SqliteStore(path)
   await writer.create({ id: 1n, name: 'Fern' })
   await writer.close()
-  const store = new SqliteStore(path) // has never written, so it closes without waiting for a writer thread
+  const store = new SqliteStore(path)
   const waiting = store.get(1n)
   await store.close()
   assert.deepEqual(await waiting, { id: 1n, name: 'Fern' })
