@@ -465,8 +465,14 @@ export class SqliteStore implements Store {
    * self-contained `.db` file: the reader and the checkpointer close first, so the write
    * connection is the last one; it empties the WAL into the database file and removes it.
    */
-  async close (): Promise<void> {
-    if (this.closed) return
+  close (): Promise<void> {
+    this.closing ??= this.closeOnce()
+    return this.closing
+  }
+
+  private closing?: Promise<void>
+
+  private async closeOnce (): Promise<void> {
     this.runReads() // reads and writes still waiting for the end of this turn go first
     this.flush()
     while (this.outbox.length > 0) {
