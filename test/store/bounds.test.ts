@@ -92,7 +92,7 @@ function holdSyncs (t: TestContext, store: SqliteStore): Array<(error: NodeJS.Er
   return held
 }
 
-test('an fdatasync that never returns (a stalled disk) is backstopped: its writes are answered 503 after the deadline, and the cap still counts them', async (t) => {
+test('an fdatasync that never returns (a stalled disk) is backstopped: its writes are answered 503 after the deadline, and the cap still counts them', { timeout: 10_000 }, async (t) => {
   const store = new SqliteStore(join(tempDir(t), 'plantstore.db'), { writesInFlight: 3, writeTimeoutMs: 300 })
   await store.ping()
   const held = holdSyncs(t, store)
