@@ -19,16 +19,17 @@ function versionOf (db: Database.Database): number {
 }
 
 /**
- * Pragmas every connection sets; `synchronous = FULL` makes each commit fsync the WAL. The page
+ * Pragmas every connection sets; `synchronous = FULL` makes each commit fsync the WAL, and the
+ * store's write connection passes NORMAL because the store fsyncs the WAL itself. The page
  * cache is 2 MiB a connection, not the 16 MiB better-sqlite3 builds in: the service holds two
  * connections, both caches filled up under load (a large share of the process's memory), and the
  * kernel's page cache keeps the file's pages anyway. `busyTimeoutMs` is how long a statement
  * waits for a lock another connection holds; the service's own connections pass 0 and bound
  * their waits themselves.
  */
-export function configure (db: Database.Database, { busyTimeoutMs = 5000 }: { busyTimeoutMs?: number } = {}): void {
+export function configure (db: Database.Database, { busyTimeoutMs = 5000, synchronous = 'FULL' }: { busyTimeoutMs?: number, synchronous?: 'FULL' | 'NORMAL' } = {}): void {
   db.pragma(`busy_timeout = ${busyTimeoutMs}`)
-  db.pragma('synchronous = FULL')
+  db.pragma(`synchronous = ${synchronous}`)
   db.pragma('cache_size = -2048')
   db.pragma('foreign_keys = ON')
   db.defaultSafeIntegers(true)

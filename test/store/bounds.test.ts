@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict'
 import Database from 'better-sqlite3'
 import { spawn, spawnSync } from 'node:child_process'
-import { renameSync, rmSync, writeFileSync } from 'node:fs'
+import { fdatasync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { test, type TestContext } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
@@ -13,7 +13,7 @@ import { tempDir } from '../helpers.js'
 async function lockedStore (t: TestContext, limits: Partial<StoreLimits>): Promise<{ store: SqliteStore, path: string, lock: () => void, release: () => void }> {
   const path = join(tempDir(t), 'plantstore.db')
   const store = new SqliteStore(path, limits)
-  await store.ping() // the writer thread is up: what follows measures waits for the lock, not its start
+  await store.ping()
   const other = new Database(path)
   t.after(async () => { if (other.inTransaction) other.exec('ROLLBACK'); other.close(); await store.close() })
   return { store, path, lock: () => other.exec('BEGIN IMMEDIATE'), release: () => other.exec('ROLLBACK') }
@@ -30,9 +30,21 @@ async function timed (promise: Promise<unknown>): Promise<{ ms: number, error?: 
   }
 }
 
-test('a write waits for a lock held elsewhere until its own deadline at most; past it, it is refused and never stored', async (t) => {
+/** Watches the event loop: resolves, when stopped, with the longest gap between two ticks of a 1 ms timer. */
+function watchLoop (): () => number {
+  let last = Date.now()
+  let longest = 0
+  const timer = setInterval(() => {
+    longest = Math.max(longest, Date.now() - last)
+    last = Date.now()
+  }, 1)
+  return () => { clearInterval(timer); return longest }
+}
+
+test('a write waits for a lock held elsewhere until its own deadline at most, without stalling the event loop; past it, it is refused and never stored', async (t) => {
   const { store, lock, release } = await lockedStore(t, { writeTimeoutMs: 600 })
   lock()
+  const stopWatching = watchLoop()
   const first = timed(store.create({ id: 1n, name: 'first' })) // deadline at 600 ms
   await sleep(300)
   const second = timed(store.create({ id: 2n, name: 'second' })) // deadline at 900 ms
@@ -43,7 +55,9 @@ test('a write waits for a lock held elsewhere until its own deadline at most; pa
   await sleep(150) // 750 ms: past the first write's deadline, within the second's
   release()
   const accepted = await second
+  const stall = stopWatching()
   assert.equal(accepted.error, undefined, 'the later write waited for the lock until its own deadline, and got it')
+  assert.ok(stall < 100, `the event loop never slept on the lock: longest gap ${stall} ms`)
   assert.equal(await store.get(1n), undefined, 'the refused write was not stored, though the lock came free right after')
   assert.deepEqual(await store.get(2n), { id: 2n, name: 'second' })
 })
@@ -52,7 +66,7 @@ test('past the cap on writes in flight, a write is refused at once; those in fli
   const { store, lock, release } = await lockedStore(t, { writesInFlight: 4, writeTimeoutMs: 5000 })
   lock()
   const inFlight = [1n, 2n, 3n, 4n].map(id => store.create({ id, name: `n${id}` }))
-  await sleep(50) // they have reached the writer, which waits for the lock
+  await sleep(50) // their turn has ended: they wait for the lock
   const over = await timed(store.create({ id: 5n, name: 'one too many' }))
   assert.ok(over.error instanceof StoreUnavailableError, `refused as unavailable, got ${String(over.error)}`)
   assert.ok(over.ms < 100, `at once: ${over.ms} ms`)
@@ -69,15 +83,23 @@ test('past the cap on reads waiting, a read is refused at once; the others are a
   assert.ok((reads[4] as PromiseRejectedResult).reason instanceof StoreUnavailableError)
 })
 
-test('a writer that never answers (a hung fsync) is backstopped: its writes are answered 503 after the deadline, and the queue stays capped', async (t) => {
+/** The store's fdatasync of the WAL, replaced: each call waits until the test settles it. */
+function holdSyncs (t: TestContext, store: SqliteStore): Array<(error: NodeJS.ErrnoException | null) => void> {
+  const alive = setInterval(() => {}, 1000) // a real fdatasync keeps the process alive; this one does not
+  t.after(() => clearInterval(alive))
+  const held: Array<(error: NodeJS.ErrnoException | null) => void> = []
+  ;(store as unknown as { syncWal: unknown }).syncWal = (_fd: number, done: (error: NodeJS.ErrnoException | null) => void) => { held.push(done) }
+  return held
+}
+
+test('an fdatasync that never returns (a stalled disk) is backstopped: its writes are answered 503 after the deadline, and the cap still counts them', { timeout: 10_000 }, async (t) => {
   const store = new SqliteStore(join(tempDir(t), 'plantstore.db'), { writesInFlight: 3, writeTimeoutMs: 300 })
   await store.ping()
-  const internals = store as unknown as { worker?: { postMessage: (message: unknown) => void } }
-  const real = internals.worker
-  internals.worker = { postMessage () {} } // swallows every write, as a writer stuck in fsync would
-  t.after(async () => { internals.worker = real; await store.close() })
+  const held = holdSyncs(t, store)
+  t.after(async () => { for (const done of held) done(null); await store.close() })
   const stuck = [1n, 2n, 3n].map(id => timed(store.create({ id, name: 'stuck' })))
   await sleep(20)
+  assert.equal(held.length, 1, 'one commit, one fdatasync, which hangs')
   const over = await timed(store.create({ id: 4n, name: 'over' }))
   assert.ok(over.error instanceof StoreUnavailableError && over.ms < 100, 'the cap holds the queue')
   for (const { ms, error } of await Promise.all(stuck)) {
@@ -85,51 +107,44 @@ test('a writer that never answers (a hung fsync) is backstopped: its writes are 
     assert.ok(ms >= 300 && ms < 1200, `after the deadline, within a sweep or two: ${ms} ms`)
   }
   const still = await timed(store.create({ id: 5n, name: 'still stuck' }))
-  assert.ok(still.error instanceof StoreUnavailableError && still.ms < 100, 'answered writes still sit in the hung writer: the cap still counts them')
+  assert.ok(still.error instanceof StoreUnavailableError && still.ms < 100, 'answered writes still wait for their fdatasync: the cap still counts them')
+  ;(store as unknown as { syncWal: unknown }).syncWal = fdatasync // the disk comes back
+  held[0](null)
+  assert.equal(await store.create({ id: 6n, name: 'after' }), 'created', 'the next write is durable and answered')
+  assert.equal(await store.create({ id: 1n, name: 'stuck' }), 'same', 'a write answered 503 by the backstop was committed all the same: its retry is safe')
 })
 
-test('a writer that cannot open the file is retried with a back-off, says why, and the store recovers once the file is back', async (t) => {
-  const dir = tempDir(t)
-  const store = new SqliteStore(join(dir, 'data', 'plantstore.db'))
-  t.after(() => store.close())
-  renameSync(join(dir, 'data'), join(dir, 'moved')) // the database is lost before the first write
-  const first = await timed(store.create({ id: 1n, name: 'lost' }))
-  assert.ok(first.error instanceof StoreUnavailableError)
-  assert.match((first.error as Error).message, /^The SQLite writer stopped: .*directory does not exist/)
-
-  const started = store.stats.writerStarts
-  const until = Date.now() + 1000
-  const waits: number[] = []
-  while (Date.now() < until) {
-    const attempt = await timed(store.create({ id: 1n, name: 'lost' }))
-    assert.ok(attempt.error instanceof StoreUnavailableError)
-    assert.doesNotMatch((attempt.error as Error).message, /undefined/)
-    waits.push(attempt.ms)
-    await sleep(10)
-  }
-  const starts = store.stats.writerStarts - started
-  assert.ok(starts >= 2 && starts <= 5, `back-off of 100 ms doubling: 100+200+400 ms fit in 1 s; ${starts} starts for ${waits.length} writes`)
-  assert.ok(waits.filter(ms => ms < 5).length >= waits.length - starts, 'between starts, writes are refused at once')
-
-  renameSync(join(dir, 'moved'), join(dir, 'data'))
-  const back = Date.now() + 8000
-  let outcome: unknown
-  while (outcome === undefined && Date.now() < back) {
-    outcome = await store.create({ id: 1n, name: 'found' }).catch(() => undefined)
-    if (outcome === undefined) await sleep(50)
-  }
-  assert.equal(outcome, 'created', 'the store recovered on its own')
-})
-
-test('a writer start that SQLite refuses names SQLite\'s error, never "undefined"', async (t) => {
+test('after an fdatasync of the WAL fails (EIO), nothing of its batch is answered 200, and no write after it either; reads go on', async (t) => {
   const path = join(tempDir(t), 'plantstore.db')
   const store = new SqliteStore(path)
+  await store.create({ id: 1n, name: 'durable' })
+  const held = holdSyncs(t, store)
   t.after(() => store.close())
-  rmSync(path)
+  const batch = [2n, 3n].map(id => store.create({ id, name: 'in the failed batch' }))
+  await sleep(20)
+  const eio = Object.assign(new Error('i/o error'), { code: 'EIO' })
+  held[0](eio)
+  for (const result of await Promise.allSettled(batch)) {
+    assert.equal(result.status, 'rejected')
+    assert.ok((result as PromiseRejectedResult).reason instanceof StoreUnavailableError)
+    assert.match((result as PromiseRejectedResult).reason.message, /fdatasync of the WAL failed \(EIO/)
+  }
+  // Even if later syncs succeed, the pages the kernel failed to write may be gone: refused, at once.
+  ;(store as unknown as { syncWal: unknown }).syncWal = (_fd: number, done: (error: null) => void) => { done(null) }
+  const later = await timed(store.create({ id: 4n, name: 'later' }))
+  assert.ok(later.error instanceof StoreUnavailableError && later.ms < 100, `refused at once, got ${String(later.error)} after ${later.ms} ms`)
+  const read = await timed(store.get(1n))
+  assert.deepEqual(read, { ms: read.ms }, 'reads still answer')
+  assert.ok(read.ms < 100)
+  assert.deepEqual(await store.get(1n), { id: 1n, name: 'durable' })
+})
+
+test('a file that is not a database is refused when the store opens, with SQLite\'s words, never "undefined"', (t) => {
+  const path = join(tempDir(t), 'plantstore.db')
   writeFileSync(path, 'this is not a database, though it is long enough for a header.'.repeat(2))
-  await assert.rejects(store.create({ id: 1n, name: 'x' }), (error: Error) => {
-    assert.ok(error instanceof StoreUnavailableError)
-    assert.equal(error.message, 'The SQLite writer stopped: SQLITE_NOTADB: file is not a database')
+  assert.throws(() => new SqliteStore(path), (error: Error) => {
+    assert.match(error.message, /file is not a database/)
+    assert.doesNotMatch(error.message, /undefined/)
     return true
   })
 })

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict'
 import Database from 'better-sqlite3'
-import { readdirSync, readFileSync } from 'node:fs'
+import { fstatSync, statSync } from 'node:fs'
 import { join } from 'node:path'
 import { test } from 'node:test'
 import { StoreUnavailableError } from '../../src/errors.js'
@@ -30,6 +30,60 @@ test('writes made in one turn of the event loop share one commit', async (t) => 
   assert.ok(outcomes.every(outcome => outcome === 'created'))
   assert.equal(store.stats.writes - before.writes, 200)
   assert.equal(store.stats.transactions - before.transactions, 1)
+  assert.equal(store.stats.syncs - before.syncs, 1, 'and one fdatasync')
+})
+
+/** Replaces the store's fdatasync of the WAL with one that waits until the test lets it return. */
+function holdSyncs (store: SqliteStore): Array<() => void> {
+  const held: Array<() => void> = []
+  ;(store as unknown as { syncWal: unknown }).syncWal = (_fd: number, done: (error: null) => void) => { held.push(() => done(null)) }
+  return held
+}
+
+/** Whether `promise` has settled by the end of the current turn. */
+async function settled (promise: Promise<unknown>): Promise<boolean> {
+  let done = false
+  promise.then(() => { done = true }, () => { done = true })
+  await new Promise(resolve => setImmediate(resolve))
+  await new Promise(resolve => setImmediate(resolve))
+  return done
+}
+
+test('a write is answered only after an fdatasync that began after its commit; the next turn commits meanwhile and waits for the next one', async (t) => {
+  const store = openStore(t)
+  await store.ping()
+  const held = holdSyncs(store)
+  t.after(() => { for (const release of held) release() })
+  const first = store.create({ id: 1n, name: 'first' })
+  await new Promise(resolve => setImmediate(resolve))
+  assert.equal(held.length, 1, 'the first commit\'s fdatasync runs')
+  const second = store.create({ id: 2n, name: 'second' })
+  await new Promise(resolve => setImmediate(resolve))
+  assert.equal(store.stats.transactions, 3, 'the second turn committed while the first fdatasync ran')
+  assert.equal(held.length, 1, 'but its fdatasync waits: the running one may have begun before its commit')
+  assert.equal(await settled(first), false, 'committed is not answered: the first write waits for its fdatasync')
+  held[0]()
+  assert.equal(await first, 'created')
+  assert.equal(held.length, 2, 'the next fdatasync began once the first returned')
+  assert.equal(await settled(second), false)
+  held[1]()
+  assert.equal(await second, 'created')
+})
+
+test('a read that may see a commit not yet durable is answered after that commit\'s fdatasync', async (t) => {
+  const store = openStore(t)
+  await store.ping()
+  const held = holdSyncs(store)
+  t.after(() => { for (const release of held) release() })
+  const write = store.create({ id: 1n, name: 'Fern' })
+  await new Promise(resolve => setImmediate(resolve)) // committed, its fdatasync running
+  const read = store.get(1n)
+  assert.equal(await settled(read), false, 'the read saw the commit and waits for its fdatasync')
+  held[0]()
+  assert.deepEqual(await read, { id: 1n, name: 'Fern' })
+  assert.equal(await write, 'created')
+  const quick = store.get(1n)
+  assert.equal(await settled(quick), true, 'with nothing waiting for an fdatasync, a read answers in its own turn')
 })
 
 test('reads asked for in one turn run as one batch, each answered with its own record', async (t) => {
@@ -69,7 +123,7 @@ test('reads still waiting when the store closes are answered; reads after it are
   const writer = new SqliteStore(path)
   await writer.create({ id: 1n, name: 'Fern' })
   await writer.close()
-  const store = new SqliteStore(path) // has never written, so it closes without waiting for a writer thread
+  const store = new SqliteStore(path)
   const waiting = store.get(1n)
   await store.close()
   assert.deepEqual(await waiting, { id: 1n, name: 'Fern' })
@@ -117,12 +171,28 @@ test('list pages by id with after and tag; replace and remove', async (t) => {
   assert.equal(await store.get(2n), undefined)
 })
 
-test('a lost writer thread is replaced: the store recovers on its own', async (t) => {
-  const store = openStore(t)
-  assert.equal(await store.create({ id: 1n, name: 'before' }), 'created')
-  await (store as unknown as { worker: { terminate: () => Promise<number> } }).worker.terminate()
-  assert.equal(await store.create({ id: 2n, name: 'after' }), 'created')
-  assert.equal((await store.list({ limit: 10 })).length, 2)
+test('past its bound the WAL is checkpointed by another thread, restarted, and the WAL file keeps its inode', async (t) => {
+  const path = join(tempDir(t), 'plantstore.db')
+  const store = new SqliteStore(path)
+  t.after(() => store.close())
+  const internals = store as unknown as { walFd: number, writer: { db: { pragma: (text: string, options: { simple: true }) => unknown } } }
+  assert.equal(internals.writer.db.pragma('wal_autocheckpoint', { simple: true }), 0n, 'the write connection, on the event loop, never checkpoints')
+  const inode = fstatSync(internals.walFd).ino
+  const name = 'x'.repeat(2000)
+  let largest = 0
+  let restarted = false
+  for (let round = 0; round < 100 && !restarted; round++) {
+    await Promise.all(Array.from({ length: 500 }, (_, i) => store.create({ id: BigInt(round * 500 + i), name })))
+    await new Promise(resolve => setTimeout(resolve, 50))
+    const size = statSync(`${path}-wal`).size
+    restarted = size < largest
+    largest = Math.max(largest, size)
+  }
+  assert.ok(store.stats.checkpoints >= 1, `checkpoints: ${store.stats.checkpoints}`)
+  assert.ok(restarted, 'the WAL was restarted after a checkpoint, not grown without end')
+  assert.ok(statSync(path).size > 4 * 1024 * 1024, 'the checkpoint copied pages into the database file')
+  assert.equal(statSync(`${path}-wal`).ino, inode, 'the -wal on disk is still the file the store syncs')
+  assert.equal(fstatSync(internals.walFd).ino, inode)
 })
 
 test('writes after close are refused as unavailable (503), not lost silently and not stored', async (t) => {
@@ -146,22 +216,4 @@ test('a write by another process on the same file shows on the next read', async
   assert.deepEqual(await server.get(1n), { id: 1n, name: 'Moss' })
   await other.remove(1n)
   assert.equal(await server.get(1n), undefined)
-})
-
-/** Each thread of this process and its nice value (the 19th field of its stat line). */
-function niceByThread (): Map<string, number> {
-  return new Map(readdirSync('/proc/self/task').map(tid => {
-    const stat = readFileSync(`/proc/self/task/${tid}/stat`, 'utf8')
-    return [tid, Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[16])]
-  }))
-}
-
-const canRaisePriority = process.platform === 'linux' && process.getuid?.() === 0
-test('the writer thread runs ahead of the event loop where the OS permits it', { skip: canRaisePriority ? false : 'needs Linux and root' }, async (t) => {
-  const before = niceByThread()
-  const store = openStore(t)
-  await store.create({ id: 1n, name: 'Fern' }) // the first write starts the writer
-  const started = [...niceByThread()].filter(([tid]) => !before.has(tid)).map(([, nice]) => nice)
-  assert.ok(started.includes(-10), `threads started: nice ${started.join(', ')}`)
-  assert.equal(niceByThread().get(String(process.pid)), 0, 'the event loop keeps its priority')
 })

@@ -1,0 +1,39 @@
+// The checkpointer thread: copies the WAL's frames into the database file off the event loop.
+// It syncs the WAL before copying and the database file after, and both syncs are its own, so
+// the event loop never waits for them. It has a connection of its own, which never writes rows.
+import Database from 'better-sqlite3'
+import { parentPort, workerData } from 'node:worker_threads'
+import { describe } from './sqlite-errors.js'
+import { configure } from './sqlite-schema.js'
+
+/** What the owner gives the thread: the database file. */
+export interface CheckpointerData { path: string }
+/** A checkpoint's outcome: whether it ran, and SQLite's (busy, frames in the WAL, frames copied), or why it failed. */
+export type CheckpointResult = [ok: true, busy: number, log: number, checkpointed: number] | [ok: false, message: string]
+
+const { path } = workerData as CheckpointerData
+let db: Database.Database | undefined
+
+/** PASSIVE: copies what it can without waiting for readers or writers, and never takes the write lock. */
+function checkpoint (): CheckpointResult {
+  try {
+    if (db === undefined) {
+      db = new Database(path)
+      configure(db, { busyTimeoutMs: 0 })
+    }
+    const [row] = db.pragma('wal_checkpoint(PASSIVE)') as Array<{ busy: bigint, log: bigint, checkpointed: bigint }>
+    return [true, Number(row.busy), Number(row.log), Number(row.checkpointed)]
+  } catch (error) {
+    return [false, describe(error)]
+  }
+}
+
+parentPort!.on('message', (message: 'checkpoint' | 'close') => {
+  if (message === 'close') {
+    // The owner's connections are still open, so closing this one leaves the WAL in place.
+    db?.close()
+    parentPort!.close()
+    return
+  }
+  parentPort!.postMessage(checkpoint() satisfies CheckpointResult)
+})

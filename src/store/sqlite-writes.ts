@@ -1,0 +1,114 @@
+// The write connection: it runs on the event loop, one transaction per turn, with
+// `synchronous = NORMAL`, so a COMMIT writes the WAL but does not sync it. The store makes each
+// commit durable with an fdatasync of the WAL on libuv's thread pool before it answers
+// (docs/durability.md argues why that suffices).
+import Database from 'better-sqlite3'
+import { describe } from './sqlite-errors.js'
+import { configure } from './sqlite-schema.js'
+import { PLANT_BY_ID_SQL, PLANT_COLUMNS, rowToPlant, rowToToken, type PlantRow, type TokenRow } from './sqlite-rows.js'
+import type { NewToken } from './store.js'
+
+/** A write's name: one of the operations below. */
+export type Operation = keyof ReturnType<typeof operationsOf>
+/** How a write ended in its transaction: done with a value, or failed with an error. */
+export type WriteResult = [done: true, value: unknown] | [done: false, error: unknown]
+
+function prepare (db: Database.Database) {
+  return {
+    insertPlant: db.prepare('INSERT INTO plants (id, name, tag) VALUES (?, ?, ?) ON CONFLICT (id) DO NOTHING'),
+    getPlant: db.prepare(PLANT_BY_ID_SQL).raw(),
+    replacePlant: db.prepare(`UPDATE plants SET name = ?, tag = ? WHERE id = ? RETURNING ${PLANT_COLUMNS}`).raw(),
+    removePlant: db.prepare('DELETE FROM plants WHERE id = ?'),
+    insertToken: db.prepare('INSERT INTO tokens (name, digest, scopes, created_at, expires_at) VALUES (?, ?, ?, ?, ?) RETURNING *').safeIntegers(false),
+    insertFirstToken: db.prepare('INSERT INTO tokens (name, digest, scopes, created_at, expires_at) SELECT ?, ?, ?, ?, ? WHERE NOT EXISTS (SELECT 1 FROM tokens) RETURNING *').safeIntegers(false),
+    activeTokenByName: db.prepare('SELECT 1 FROM tokens WHERE name = ? AND revoked_at IS NULL'),
+    // An expired token keeps its row (and its history in `tokens list`) but frees its name: it is
+    // marked ended at its expiry, which the unique index on active names can see.
+    retireExpiredName: db.prepare('UPDATE tokens SET revoked_at = expires_at WHERE name = ? AND revoked_at IS NULL AND expires_at <= ?'),
+    revokeByName: db.prepare('UPDATE tokens SET revoked_at = ? WHERE name = ? AND revoked_at IS NULL RETURNING *').safeIntegers(false),
+    revokeById: db.prepare('UPDATE tokens SET revoked_at = coalesce(revoked_at, ?) WHERE id = ? RETURNING *').safeIntegers(false)
+  }
+}
+
+function tokenParams (token: NewToken): unknown[] {
+  return [token.name, token.digest, token.scopes.join(' '), Date.now(), token.expiresAt?.getTime() ?? null]
+}
+
+function operationsOf (sql: ReturnType<typeof prepare>) {
+  return {
+    ping: () => true,
+    create: (id: bigint, name: string, tag: string | null) => {
+      if (sql.insertPlant.run(id, name, tag).changes === 1) return 'created'
+      const [, storedName, storedTag] = sql.getPlant.get(id) as PlantRow
+      return storedName === name && storedTag === tag ? 'same' : 'conflict'
+    },
+    replace: (id: bigint, name: string, tag: string | null) => {
+      const row = sql.replacePlant.get(name, tag, id) as PlantRow | undefined
+      return row === undefined ? undefined : rowToPlant(row)
+    },
+    remove: (id: bigint) => sql.removePlant.run(id).changes === 1,
+    createToken: (token: NewToken) => {
+      sql.retireExpiredName.run(token.name, Date.now())
+      if (sql.activeTokenByName.get(token.name) !== undefined) return 'name-taken'
+      return rowToToken(sql.insertToken.get(...tokenParams(token)) as TokenRow)
+    },
+    createFirstToken: (token: NewToken) => {
+      const row = sql.insertFirstToken.get(...tokenParams(token)) as TokenRow | undefined
+      return row === undefined ? undefined : rowToToken(row)
+    },
+    revokeToken: (nameOrId: string) => {
+      const row = (sql.revokeByName.get(Date.now(), nameOrId) ??
+        (/^\d+$/.test(nameOrId) ? sql.revokeById.get(Date.now(), Number(nameOrId)) : undefined)) as TokenRow | undefined
+      return row === undefined ? undefined : rowToToken(row)
+    }
+  }
+}
+
+/** The write connection and the one call that runs a turn's writes. */
+export interface Writer {
+  db: Database.Database
+  /**
+   * Runs `writes` in one transaction, begun with BEGIN IMMEDIATE and no busy timeout. Throws
+   * SQLITE_BUSY at once, before anything ran, when another connection holds the write lock;
+   * throws whatever made SQLite roll back the whole transaction (a full disk), and then none of
+   * the writes is stored.
+   */
+  run: (writes: Array<{ op: Operation, args: unknown[] }>) => WriteResult[]
+}
+
+/**
+ * Opens the write connection. The event loop must never sleep on it: no busy timeout, no
+ * automatic checkpoint (the store checkpoints on another thread), and no sync in COMMIT.
+ */
+export function openWriter (path: string): Writer {
+  const db = new Database(path)
+  try {
+    configure(db, { busyTimeoutMs: 0, synchronous: 'NORMAL' })
+    db.pragma('wal_autocheckpoint = 0')
+    // Keeps the WAL file's size near what it holds since its last restart, so its size tells
+    // when to checkpoint; the truncation keeps its inode (docs/durability.md).
+    db.pragma(`journal_size_limit = ${WAL_LIMIT_BYTES}`)
+    const operations = operationsOf(prepare(db))
+    // No savepoint per write: each operation changes rows with one statement at most, and
+    // SQLite undoes a failed statement by itself, so a failing write leaves the others intact.
+    // Some errors (a full disk, an I/O error) make SQLite roll back the whole transaction: then
+    // the transaction stops there and throws, and no write of it is stored.
+    const run = db.transaction((writes: Array<{ op: Operation, args: unknown[] }>): WriteResult[] => writes.map(({ op, args }) => {
+      try {
+        return [true, (operations[op] as (...args: unknown[]) => unknown)(...args)]
+      } catch (error) {
+        if (!db.inTransaction) throw error
+        return [false, error]
+      }
+    }))
+    return { db, run: writes => run.immediate(writes) }
+  } catch (error) {
+    db.close()
+    throw new Error(describe(error))
+  }
+}
+
+/** Past this many bytes of WAL, the store asks for a checkpoint (about SQLite's own 1000 pages). */
+export const WAL_CHECKPOINT_BYTES = 4 * 1024 * 1024
+/** What a WAL restart truncates the file to: below the checkpoint bound, so a restarted WAL does not look full. */
+const WAL_LIMIT_BYTES = 1024 * 1024
