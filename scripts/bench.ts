@@ -603,6 +603,9 @@ async function main (): Promise<void> {
     process.exitCode = 1
     console.error(`bench failed: ${(error as Error).message}`)
     console.error(serviceProblems(servers.service).join('\n'))
+    for (const server of Object.values(servers)) {
+      if (server.exit !== undefined) console.error(`The ${server.name} server had exited (${server.exit}):\n${linesOf(server.output).slice(-20).join('\n')}`)
+    }
   } finally {
     await cleanUp()
     if (servers.service?.exit !== undefined && servers.service.exit !== 'code 0') console.error(`The service stopped with ${servers.service.exit}, not code 0.`)
