@@ -239,13 +239,18 @@ async function startService (databaseUrl: string): Promise<Server> {
   return await startServer('service', SERVICE_ARGUMENTS, env)
 }
 
-async function postPlant (port: number, token: string, id: number): Promise<void> {
+/** One seeded plant; a 503 is retried after its Retry-After, as the contract asks of clients (the same plant again is a safe retry). */
+async function postPlant (port: number, token: string, id: number, attempt = 1): Promise<void> {
   const response = await fetch(`http://127.0.0.1:${port}/plants`, {
     method: 'POST',
     headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
     body: JSON.stringify({ id, name: `Seed ${id}`, tag: 'seed' })
   })
   const text = await response.text()
+  if (response.status === 503 && attempt < 5) {
+    await sleep(Number(response.headers.get('retry-after') ?? 1) * 1000)
+    return await postPlant(port, token, id, attempt + 1)
+  }
   if (response.status !== 200) throw new Error(`seeding plant ${id}: ${response.status} ${text}`)
 }
 
