@@ -1,0 +1,187 @@
+// The bench's yardsticks (issue 12): plain node:http servers doing only the work the contract
+// requires of each scenario, so that the service's throughput can be read as a share of what
+// Node can do on this machine. Run by scripts/bench.ts, compiled to plain JS, one process per
+// yardstick; YARDSTICK picks which one:
+//   ceiling  POST /plants with the contract's checks and no storage: the Authorization header
+//            compared with the expected string, the content type checked, the body read (413
+//            past 64 KiB), JSON.parse, NewPlant validated (id an integer in int64, name 1 to 200
+//            characters, tag a string of at most 100), the answer {name, tag?}.
+//   durable  the ceiling + storage: better-sqlite3, WAL, synchronous=FULL, on the main thread.
+//            A turn's inserts run at setImmediate in one transaction, and each answer leaves
+//            after its commit (so the event loop blocks in every fsync). The id is unique: the
+//            same plant again is 200, another one 409, as the contract says.
+//   get      GET /plants/{id}: one point read on the main thread, answered {id, name, tag?}.
+//   list     GET /plants?limit=N (1 to 1000): the page query on the main thread, N + 1 rows as
+//            the service reads them to know whether more remain, answered as a JSON array of
+//            N records and, when more remain, the Link header to the next page.
+// All answer GET /healthz (for the bench to wait on) without a token. None does the hardening
+// the service owes (duplicate keys, nesting depth, lone surrogates and invalid UTF-8, charsets,
+// rate limits, scopes, timeouts, caps on in-flight work, logging) nor any other route. The
+// readers ask SQLite for plain numbers: exact for ids within ±2^53, as all the bench's are; ids
+// beyond would need the service's bigint path. The int64 digits path for POST covers the
+// top-level "id" only as the first "id" key of the text, which is enough for the bench's bodies.
+import Database from 'better-sqlite3'
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http'
+
+const BODY_LIMIT = 64 * 1024
+const INT64 = [-(2n ** 63n), 2n ** 63n - 1n]
+const mode = process.env.YARDSTICK ?? ''
+const token = process.env.YARDSTICK_TOKEN ?? ''
+const database = process.env.DATABASE_PATH ?? ''
+// The bench knows the one token in advance, so the cheapest check the contract allows is to
+// compare the whole header with one string. The service must look tokens up and compare in
+// constant time because its secrets are real; a ceiling pays for neither.
+const expected = `Bearer ${token}`
+
+interface NewPlant { id: number | bigint, name: string, tag?: string }
+
+function send (response: ServerResponse, status: number, text: string, headers: Record<string, string> = {}): void {
+  response.writeHead(status, { 'content-type': 'application/json; charset=utf-8', 'content-length': String(Buffer.byteLength(text)), ...headers })
+  response.end(text)
+}
+
+function fail (response: ServerResponse, status: number, message: string): void {
+  send(response, status, JSON.stringify({ error: status, message }), status === 401 ? { 'www-authenticate': 'Bearer' } : {})
+}
+
+function answerPlant (response: ServerResponse, plant: NewPlant): void {
+  send(response, 200, JSON.stringify(plant.tag === undefined ? { name: plant.name } : { name: plant.name, tag: plant.tag }))
+}
+
+/** JSON.parse's number when it is exact; past 2^53 the id's digits, read from the text, as a bigint. */
+function idOf (value: unknown, text: string): number | bigint | undefined {
+  if (Number.isSafeInteger(value)) return value as number
+  if (typeof value !== 'number' || !Number.isInteger(value)) return undefined
+  const digits = /"id"\s*:\s*(-?\d+)\s*[,}]/.exec(text)?.[1]
+  const id = digits === undefined ? undefined : BigInt(digits)
+  return id !== undefined && id >= INT64[0] && id <= INT64[1] ? id : undefined
+}
+
+/** Characters are code points: counted only when UTF-16 units exceed the bound. */
+function longerThan (text: string, max: number): boolean {
+  return text.length > max && [...text].length > max
+}
+
+function newPlantOf (text: string): NewPlant | undefined {
+  let body: unknown
+  try {
+    body = JSON.parse(text)
+  } catch {
+    return undefined
+  }
+  if (typeof body !== 'object' || body === null || Array.isArray(body)) return undefined
+  const { id, name, tag } = body as Record<string, unknown>
+  const exact = idOf(id, text)
+  if (exact === undefined || typeof name !== 'string' || name.length === 0 || longerThan(name, 200)) return undefined
+  if (tag === undefined) return { id: exact, name }
+  return typeof tag === 'string' && !longerThan(tag, 100) ? { id: exact, name, tag } : undefined
+}
+
+/** Content type, body and NewPlant checked; `accept` gets the plant, or the failure is answered. */
+function readPlant (request: IncomingMessage, response: ServerResponse, accept: (plant: NewPlant) => void): void {
+  if (!(request.headers['content-type'] ?? '').startsWith('application/json')) return fail(response, 415, 'The request body must be JSON.')
+  const chunks: Buffer[] = []
+  let size = 0
+  request.on('data', (chunk: Buffer) => {
+    size += chunk.length
+    if (size <= BODY_LIMIT) chunks.push(chunk)
+  })
+  request.on('end', () => {
+    if (size > BODY_LIMIT) return fail(response, 413, 'The request body is larger than 64 KiB.')
+    const plant = newPlantOf((chunks.length === 1 ? chunks[0] : Buffer.concat(chunks)).toString('utf8'))
+    if (plant === undefined) return fail(response, 400, 'The request body is not a valid NewPlant.')
+    accept(plant)
+  })
+}
+
+function open (): Database.Database {
+  const db = new Database(database)
+  db.pragma('journal_mode = WAL')
+  db.pragma('synchronous = FULL')
+  db.exec('CREATE TABLE IF NOT EXISTS plants (id INTEGER PRIMARY KEY, name TEXT NOT NULL, tag TEXT)')
+  return db
+}
+
+type Handler = (request: IncomingMessage, response: ServerResponse) => void
+
+function ceiling (): Handler {
+  return (request, response) => {
+    if (request.method !== 'POST' || request.url !== '/plants') return fail(response, 404, 'There is no such route.')
+    readPlant(request, response, plant => answerPlant(response, plant))
+  }
+}
+
+function durable (): Handler {
+  const db = open()
+  const insert = db.prepare('INSERT INTO plants (id, name, tag) VALUES (?, ?, ?) ON CONFLICT (id) DO NOTHING')
+  const stored = db.prepare('SELECT name, tag FROM plants WHERE id = ?')
+  let turn: Array<{ plant: NewPlant, response: ServerResponse }> = []
+  const commit = db.transaction((writes: typeof turn) => writes.map(({ plant }) => {
+    if (insert.run(plant.id, plant.name, plant.tag ?? null).changes === 1) return true
+    const row = stored.get(plant.id) as { name: string, tag: string | null }
+    return row.name === plant.name && row.tag === (plant.tag ?? null)
+  }))
+  const flush = (): void => {
+    const writes = turn
+    turn = []
+    let outcomes: boolean[]
+    try {
+      outcomes = commit(writes)
+    } catch {
+      for (const { response } of writes) fail(response, 503, 'The store could not write; try again.')
+      return
+    }
+    writes.forEach(({ plant, response }, i) => outcomes[i] ? answerPlant(response, plant) : fail(response, 409, 'Another plant uses this id.'))
+  }
+  return (request, response) => {
+    if (request.method !== 'POST' || request.url !== '/plants') return fail(response, 404, 'There is no such route.')
+    readPlant(request, response, plant => {
+      if (turn.push({ plant, response }) === 1) setImmediate(flush)
+    })
+  }
+}
+
+function recordText (id: number, name: string, tag: string | null): string {
+  return JSON.stringify(tag === null ? { id, name } : { id, name, tag })
+}
+
+function get (): Handler {
+  const read = open().prepare('SELECT id, name, tag FROM plants WHERE id = ?').raw()
+  return (request, response) => {
+    const digits = request.method === 'GET' ? /^\/plants\/(-?\d{1,19})$/.exec(request.url ?? '')?.[1] : undefined
+    const id = digits === undefined ? undefined : digits.length < 16 ? Number(digits) : BigInt(digits)
+    const exact = typeof id === 'bigint' && (id < INT64[0] || id > INT64[1]) ? undefined : id
+    const row = exact === undefined ? undefined : read.get(exact) as [number, string, string | null] | undefined
+    if (row === undefined) return fail(response, 404, 'There is no such plant.')
+    send(response, 200, recordText(row[0], row[1], row[2]))
+  }
+}
+
+function list (): Handler {
+  const page = open().prepare('SELECT id, name, tag FROM plants ORDER BY id LIMIT ?').raw()
+  return (request, response) => {
+    const digits = request.method === 'GET' ? /^\/plants\?limit=([1-9]\d{0,3})$/.exec(request.url ?? '')?.[1] : undefined
+    const limit = Number(digits ?? 0)
+    if (limit < 1 || limit > 1000) return fail(response, 400, 'The query must be limit=N, N from 1 to 1000.')
+    const rows = page.all(limit + 1) as Array<[number, string, string | null]>
+    const more = rows.length > limit
+    if (more) rows.length = limit
+    const text = JSON.stringify(rows.map(([id, name, tag]) => tag === null ? { id, name } : { id, name, tag }))
+    send(response, 200, text, more ? { link: `</plants?limit=${limit}&after=${rows[limit - 1][0]}>; rel="next"` } : {})
+  }
+}
+
+const handlers = { ceiling, durable, get, list }
+if (!(mode in handlers) || token === '' || (mode !== 'ceiling' && database === '')) {
+  process.stderr.write('yardsticks: set YARDSTICK (ceiling, durable, get or list), YARDSTICK_TOKEN and, but for ceiling, DATABASE_PATH\n')
+  process.exit(1)
+}
+const handle = handlers[mode as keyof typeof handlers]()
+
+const server = createServer((request, response) => {
+  if (request.url === '/healthz') return send(response, 200, '{"status":"ok"}')
+  if (request.headers.authorization !== expected) return fail(response, 401, 'A valid bearer token is required.')
+  handle(request, response)
+})
+server.listen(Number(process.env.PORT ?? 0), process.env.HOST ?? '127.0.0.1')
+process.once('SIGTERM', () => server.close(() => process.exit(0)))
