@@ -79,7 +79,10 @@ export async function serve (config: Config): Promise<void> {
   }
   let closing = false
   const shutdown = async (signal: string): Promise<void> => {
-    if (closing) return
+    if (closing) {
+      log.info({ signal }, 'already stopping')
+      return
+    }
     closing = true
     const deadline = config.shutdownTimeout * 1000
     log.info({ signal, shutdownTimeoutS: config.shutdownTimeout }, 'stopping: no new connections, finishing requests in flight')
@@ -97,6 +100,9 @@ export async function serve (config: Config): Promise<void> {
     logStream.flushSync()
     process.exit(0)
   }
-  process.once('SIGTERM', () => { shutdown('SIGTERM').catch(fail) })
-  process.once('SIGINT', () => { shutdown('SIGINT').catch(fail) })
+  // `on`, not `once`: a second signal (Ctrl-C reaches both npm and the server; an impatient
+  // supervisor repeats itself) must not fall back to Node's default, which kills mid-commit.
+  // The shutdown already under way keeps its deadline.
+  process.on('SIGTERM', () => { shutdown('SIGTERM').catch(fail) })
+  process.on('SIGINT', () => { shutdown('SIGINT').catch(fail) })
 }

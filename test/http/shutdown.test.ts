@@ -42,6 +42,22 @@ test('SIGTERM stops the service within SHUTDOWN_TIMEOUT while a client holds a r
   assert.equal((await call(again, 'GET', '/plants/2')).status, 404)
 })
 
+test('a second signal during the shutdown does not kill the server: it still commits and exits 0', async (t) => {
+  const server = await startServer(t, { env: { REQUEST_TIMEOUT: '60', SHUTDOWN_TIMEOUT: '2' } })
+  assert.equal((await call(server, 'POST', '/plants', { body: { id: 1, name: 'Kept' } })).status, 200)
+  const stalled = rawExchange(server, `POST /plants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${server.token}\r\nContent-Type: application/json\r\nContent-Length: 30\r\n\r\n{"id"`, { waitMs: 10_000 })
+  await new Promise(resolve => setTimeout(resolve, 200))
+  server.process.kill('SIGTERM')
+  await new Promise(resolve => setTimeout(resolve, 300))
+  server.process.kill('SIGINT') // what Ctrl-C on `npm start` adds: npm passes it on as well
+  server.process.kill('SIGTERM')
+  assert.equal(await server.exited, 0)
+  assert.equal(server.process.signalCode, null, 'not killed by a signal')
+  await stalled
+  const again = await startServer(t, { dir: server.dir, token: server.token })
+  assert.equal((await call(again, 'GET', '/plants/1')).body.name, 'Kept')
+})
+
 test('SIGTERM sent to `npm start` stops the server too, leaving no process behind', async (t) => {
   const dir = tempDir(t)
   const child = spawn('npm', ['start'], {
