@@ -89,6 +89,13 @@ export async function buildApp ({ config, store, log = pino({ level: config.logL
     }
   })
 
+  // Any other content type, or none with a body: 415, except on DELETE, which takes no body and
+  // ignores whatever it is sent (the edge check has already dropped its content type).
+  app.addContentTypeParser('*', { parseAs: 'buffer' }, (request, _bytes, done) => {
+    if (request.method === 'DELETE') return done(null, undefined)
+    done(new ApiError('unsupportedMediaType'), undefined)
+  })
+
   installEdgeChecks(app, log)
   installAuth(app, store)
   installRateLimit(app, config.rateLimitPerMinute)

@@ -2,27 +2,30 @@ import type { FastifyInstance, FastifyRequest } from 'fastify'
 import type { Logger } from 'pino'
 import { ApiError } from './errors.js'
 
-/** How many times the request carries `Authorization`: Node keeps only the first, so count the raw list. */
-function authorizationCount (request: FastifyRequest): number {
-  const raw = request.raw.rawHeaders
-  let count = 0
-  for (let i = 0; i < raw.length; i += 2) {
-    if (raw[i].length === 13 && raw[i].toLowerCase() === 'authorization') count++
-  }
-  return count
-}
+/** Headers that mean one thing: given twice, which one counts is a guess (RFC 9110 5.3), so neither does. */
+const SINGLE = new Map([['authorization', 'Authorization'], ['host', 'Host'], ['content-type', 'Content-Type']])
 
-/** True when the request declares no body: no Transfer-Encoding and no or a zero Content-Length. */
-function hasNoBody (request: FastifyRequest): boolean {
-  const length = request.headers['content-length']
-  return request.headers['transfer-encoding'] === undefined && (length === undefined || length === '0')
+/** The first single-valued header the request carries twice; Node keeps only the first, so the raw list is counted. */
+function repeatedHeader (request: FastifyRequest): string | undefined {
+  const raw = request.raw.rawHeaders
+  const seen: string[] = []
+  for (let i = 0; i < raw.length; i += 2) {
+    const length = raw[i].length
+    if (length !== 4 && length !== 12 && length !== 13) continue // host, content-type, authorization
+    const name = SINGLE.get(raw[i].toLowerCase())
+    if (name === undefined) continue
+    if (seen.includes(name)) return name
+    seen.push(name)
+  }
+  return undefined
 }
 
 /**
  * Checks on the request's head that come before everything else, auth included: HTTP/1.1
- * requires Host; a second Authorization header is ambiguous (which token is meant?), so it is
- * refused rather than settled by taking the first. A DELETE without a body has its content type
- * ignored, so `DELETE` with a stray `Content-Type: application/json` is an ordinary DELETE.
+ * requires Host; a second Authorization, Host or Content-Type header is ambiguous (which token,
+ * which host, which parser?), so it is refused rather than settled by taking the first. A DELETE
+ * has its content type ignored, so `DELETE` with a stray `Content-Type: application/json` and an
+ * empty body, even a chunked one, is an ordinary DELETE.
  */
 export function installEdgeChecks (app: FastifyInstance, log: Logger): void {
   app.addHook('onRequest', (request, _reply, done) => {
@@ -30,11 +33,10 @@ export function installEdgeChecks (app: FastifyInstance, log: Logger): void {
       log.warn({ reqId: request.id, status: 400, reason: 'missingHost' }, 'request refused before routing')
       return done(new ApiError('missingHost'))
     }
-    if (authorizationCount(request) > 1) return done(new ApiError('repeatedAuthorization'))
-    // Of the operations, only DELETE could be handed a body parser without a body (Fastify reads none for GET).
-    if (request.method === 'DELETE' && request.headers['content-type'] !== undefined && hasNoBody(request)) {
-      delete request.headers['content-type']
-    }
+    const repeated = repeatedHeader(request)
+    if (repeated !== undefined) return done(new ApiError('repeatedHeader', `The ${repeated} header was sent more than once; send it once.`))
+    // DELETE takes no body: whatever content type it declares, nothing is parsed (Fastify reads no body for GET).
+    if (request.method === 'DELETE') delete request.headers['content-type']
     done()
   })
 }

@@ -14,7 +14,7 @@ export const failures = {
   badRequest: { status: 400, message: 'The request could not be understood.' },
   badPath: { status: 400, message: 'The request path is not valid: a "%" must start a percent-encoded UTF-8 byte such as "%20".' },
   missingHost: { status: 400, message: 'The request has no Host header, which HTTP/1.1 requires.' },
-  repeatedAuthorization: { status: 400, message: 'The Authorization header was sent more than once; send it once.' },
+  repeatedHeader: { status: 400, message: 'A header that takes one value was sent more than once; send it once.' },
   bodyLengthMismatch: { status: 400, message: 'The request body is shorter or longer than its Content-Length header says.' },
   badToken: { status: 401, message: 'A valid bearer token is required: send "Authorization: Bearer <token>".', headers: { 'www-authenticate': 'Bearer' } },
   missingScope: { status: 403, message: 'This token lacks the scope this operation needs.' },

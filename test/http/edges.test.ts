@@ -140,6 +140,19 @@ test('headers and query: Authorization once, query parameters strict, a content 
     }
   })
 
+  await t.test('Host or Content-Type sent twice is 400 naming the header, and nothing is stored', async () => {
+    const body = '{"id":77,"name":"Twice"}'
+    for (const [name, head] of [
+      ['Host', 'GET /healthz HTTP/1.1\r\nHost: a\r\nHost: b\r\n'],
+      ['Content-Type', `POST /plants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${server.token}\r\nContent-Type: application/json\r\nContent-Type: text/plain\r\nContent-Length: ${body.length}\r\n`]
+    ]) {
+      const { text } = await rawExchange(server, `${head}Connection: close\r\n\r\n${name === 'Host' ? '' : body}`)
+      assert.ok(isRawErrorBody(text, 400), text)
+      assert.match(parseRaw(text).body.message, new RegExp(`The ${name} header was sent more than once`))
+    }
+    assert.equal((await call(server, 'GET', '/plants/77')).status, 404)
+  })
+
   await t.test('unknown, repeated, array-shaped and non-decimal query parameters are 400 naming the parameter', async () => {
     const cases: Array<[string, string]> = [
       ['/plants?tags=shade', 'tags'], ['/plants?tag[]=shade', 'tag[]'], ['/plants?tag=shade&tag=sun', 'tag'],
@@ -172,5 +185,15 @@ test('headers and query: Authorization once, query parameters strict, a content 
     assert.match(text, /^HTTP\/1\.1 204 /, text)
     const again = await call(server, 'DELETE', '/plants/1', { headers: { 'content-type': 'text/plain', 'content-length': '0' } })
     assert.ok(isErrorBody(again, 404), again.text)
+  })
+
+  await t.test('DELETE ignores an empty chunked body, and any body it is sent, whatever its content type', async () => {
+    for (const [id, type, chunked] of [[11, 'application/json', '0\r\n\r\n'], [12, undefined, '0\r\n\r\n'], [13, 'text/plain', '5\r\nhello\r\n0\r\n\r\n']] as const) {
+      assert.equal((await call(server, 'POST', '/plants', { body: { id, name: 'Gone soon' } })).status, 200)
+      const type_ = type === undefined ? '' : `Content-Type: ${type}\r\n`
+      const { text } = await rawExchange(server, `DELETE /plants/${id} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${server.token}\r\n${type_}Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n${chunked}`)
+      assert.match(text, /^HTTP\/1\.1 204 /, `${type ?? 'no type'}: ${text}`)
+      assert.equal((await call(server, 'GET', `/plants/${id}`)).status, 404)
+    }
   })
 })
