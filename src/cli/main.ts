@@ -54,6 +54,13 @@ async function main (argv: string[]): Promise<void> {
   throw new ConfigError(`Unknown command ${quoted(command)}; use serve, migrate, tokens or backup (see plantstore --help).`)
 }
 
+// `plantstore tokens list | head -1`: once the reader has gone, the rest of the output has no one
+// to read it; stop quietly, as command-line tools do, rather than with a stack trace.
+process.stdout.on('error', (error: NodeJS.ErrnoException) => {
+  if (error.code !== 'EPIPE') throw error
+  process.exit(0)
+})
+
 main(process.argv.slice(2)).catch((error: unknown) => {
   const known = error instanceof ConfigError
   process.stderr.write(`plantstore: ${known ? (error as Error).message : String((error as Error).stack ?? error)}\n`)
