@@ -25,6 +25,11 @@ export interface AppOptions {
   log?: Logger
 }
 
+/** How often Node looks for requests that are late in arriving: a tenth of the limit, at most 500 ms. */
+const arrivalCheckMs = (seconds: number): number => Math.min(500, seconds * 100)
+/** Node's limit for a request to arrive, so that with its checks the 408 leaves within `seconds`. */
+const arrivalLimitMs = (seconds: number): number => seconds * 1000 - arrivalCheckMs(seconds)
+
 /** True unless the content type names a charset other than UTF-8 (JSON is UTF-8, RFC 8259). */
 function isUtf8Charset (contentType: string | undefined): boolean {
   const charset = /;\s*charset\s*=\s*"?([^";\s]*)/i.exec(contentType ?? '')?.[1]
@@ -40,12 +45,13 @@ export async function buildApp ({ config, store, log = pino({ level: config.logL
     genReqId: () => randomUUID(),
     bodyLimit: BODY_LIMIT,
     // A request's headers and body must arrive within REQUEST_TIMEOUT, or it is answered 408
-    // (clientErrorHandler) and its connection closed. Node checks at connectionsCheckingInterval.
-    requestTimeout: config.requestTimeout * 1000,
+    // (clientErrorHandler) and its connection closed. Node looks for late requests every
+    // `check` ms, so its limit is one check shorter: the 408 leaves within REQUEST_TIMEOUT.
+    requestTimeout: arrivalLimitMs(config.requestTimeout),
     keepAliveTimeout: KEEP_ALIVE_TIMEOUT_MS,
     http: {
-      headersTimeout: config.requestTimeout * 1000,
-      connectionsCheckingInterval: Math.min(1000, config.requestTimeout * 250),
+      headersTimeout: arrivalLimitMs(config.requestTimeout),
+      connectionsCheckingInterval: arrivalCheckMs(config.requestTimeout),
       // Node would answer a request without Host with an empty 400; the edge check answers it.
       requireHostHeader: false
     },

@@ -32,23 +32,23 @@ test('failures before routing answer the Error body and are logged at warn with 
 })
 
 test('a request whose body stops arriving is answered 408 within REQUEST_TIMEOUT, its connection closed, nothing stored', async (t) => {
-  const server = await startServer(t, { env: { REQUEST_TIMEOUT: '1' } })
+  const server = await startServer(t, { env: { REQUEST_TIMEOUT: '2' } })
   const body = '{"id": 408, "name": "Slow"}'
   const head = `POST /plants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${server.token}\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n`
   const answer = await rawExchange(server, head + body.slice(0, 10), { waitMs: 5000 })
   assert.ok(isRawErrorBody(answer.text, 408), answer.text)
   assert.ok(answer.closed, 'the server closed the connection')
-  assert.ok(answer.ms >= 900 && answer.ms < 2500, `answered after ${answer.ms} ms`)
+  assert.ok(answer.ms >= 1700 && answer.ms <= 2100, `answered after ${answer.ms} ms, not just before 2000`)
   assert.equal((await call(server, 'GET', '/plants/408')).status, 404)
 })
 
 test('a request whose headers stop arriving, and a connection that sends nothing, are closed within REQUEST_TIMEOUT', async (t) => {
-  const server = await startServer(t, { env: { REQUEST_TIMEOUT: '1' } })
+  const server = await startServer(t, { env: { REQUEST_TIMEOUT: '2' } })
   const headers = await rawExchange(server, 'GET /plants HTTP/1.1\r\nHost: x\r\n', { waitMs: 5000 })
   assert.ok(isRawErrorBody(headers.text, 408), headers.text)
-  assert.ok(headers.closed && headers.ms < 2500, `closed after ${headers.ms} ms`)
+  assert.ok(headers.closed && headers.ms <= 2100, `closed after ${headers.ms} ms`)
   const silent = await rawExchange(server, '', { waitMs: 5000 })
-  assert.ok(silent.closed && silent.ms < 2500, `closed after ${silent.ms} ms`)
+  assert.ok(silent.closed && silent.ms <= 2100, `closed after ${silent.ms} ms`)
 })
 
 test('a request trickling in slower than REQUEST_TIMEOUT allows is cut off, however steadily it trickles', async (t) => {
