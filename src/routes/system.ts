@@ -6,7 +6,8 @@ const documentText = JSON.stringify(document)
 
 /** Unauthenticated routes outside the API: the contract and the probes. */
 export const system: FastifyPluginAsync<{ store: Store }> = async (app, { store }) => {
-  app.get('/openapi.json', async (_request, reply) => reply.type('application/json').send(documentText))
+  // Sent as text, so the response schema (any object) never re-serializes it.
+  app.route({ ...route('openapiDocument'), handler: async (_request, reply) => reply.type('application/json').send(documentText) })
 
   app.route({ ...route('health'), handler: async () => ({ status: 'ok' }) })
 
