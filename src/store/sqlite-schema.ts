@@ -1,5 +1,6 @@
 import Database from 'better-sqlite3'
 import { readdirSync, readFileSync } from 'node:fs'
+import { isBusy } from './sqlite-errors.js'
 
 const MIGRATIONS_DIR = new URL('./migrations/sqlite/', import.meta.url)
 
@@ -14,8 +15,27 @@ function migrations (): Array<{ version: number, name: string, sql: string }> {
 
 /** The schema version a database holds (0 for a new file). */
 function versionOf (db: Database.Database): number {
+  const table = db.prepare("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'").get()
+  if (table === undefined) return 0
   const row = db.prepare('SELECT max(version) AS version FROM schema_version').safeIntegers(false).get() as { version: number | null }
   return row.version ?? 0
+}
+
+/**
+ * Runs `step`, again while another process holds a lock it needs, for up to `ms`. Switching a new
+ * file to WAL can fail at once with SQLITE_BUSY when several processes open it together: SQLite
+ * does not wait in its busy handler there. Start-up only, so a blocking pause is fine.
+ */
+function whileBusy<T> (step: () => T, ms = 5000): T {
+  const until = Date.now() + ms
+  for (;;) {
+    try {
+      return step()
+    } catch (error) {
+      if (!isBusy(error) || Date.now() > until) throw error
+      Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 20)
+    }
+  }
 }
 
 /**
@@ -35,6 +55,10 @@ export function configure (db: Database.Database, { busyTimeoutMs = 5000, synchr
   db.defaultSafeIntegers(true)
 }
 
+function tooNew (found: number, newest: number): Error {
+  return new Error(`The database schema is version ${found}, newer than this plantstore knows (${newest}); upgrade plantstore.`)
+}
+
 /**
  * Creates or upgrades the schema at `path`, each migration in its own transaction. Safe when
  * several processes start at once: BEGIN IMMEDIATE lets one migrate while the others wait.
@@ -44,15 +68,20 @@ export function migrate (path: string): void {
   const db = new Database(path)
   try {
     configure(db)
-    db.pragma('journal_mode = WAL')
-    db.exec('CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)')
+    if (db.pragma('journal_mode', { simple: true }) !== 'wal') whileBusy(() => db.pragma('journal_mode = WAL'))
     const known = migrations()
     const newest = known.at(-1)?.version ?? 0
+    // Most starts find the schema current: they read its version and take no write lock, so an
+    // operator's open transaction does not hold up a start.
+    const found = whileBusy(() => versionOf(db))
+    if (found > newest) throw tooNew(found, newest)
+    if (found === newest) return
+    db.exec('CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)')
     for (const migration of known) {
       db.exec('BEGIN IMMEDIATE')
       try {
         const current = versionOf(db)
-        if (current > newest) throw new Error(`The database schema is version ${current}, newer than this plantstore knows (${newest}); upgrade plantstore.`)
+        if (current > newest) throw tooNew(current, newest)
         if (migration.version > current) {
           db.exec(migration.sql)
           db.prepare('INSERT INTO schema_version (version, name, applied_at) VALUES (?, ?, ?)').run(migration.version, migration.name, Date.now())

@@ -1,0 +1,40 @@
+import assert from 'node:assert/strict'
+import Database from 'better-sqlite3'
+import { spawn } from 'node:child_process'
+import { readdirSync } from 'node:fs'
+import { join } from 'node:path'
+import { test } from 'node:test'
+import { MAIN, ROOT, tempDir } from '../helpers.js'
+
+/** Runs `plantstore migrate` on `path`; resolves with its exit code and stderr. */
+function migrate (path: string): Promise<{ code: number | null, stderr: string }> {
+  return new Promise(resolve => {
+    const child = spawn(process.execPath, [MAIN, 'migrate', '--database-url', path], { stdio: ['ignore', 'ignore', 'pipe'] })
+    let stderr = ''
+    child.stderr.setEncoding('utf8').on('data', (chunk: string) => { stderr += chunk })
+    child.once('exit', code => resolve({ code, stderr }))
+  })
+}
+
+test('six processes migrating one new file at once all succeed, and the schema is made once', async (t) => {
+  const path = join(tempDir(t), 'plantstore.db')
+  const results = await Promise.all(Array.from({ length: 6 }, () => migrate(path)))
+  for (const { code, stderr } of results) assert.equal(code, 0, stderr)
+  const newest = readdirSync(join(ROOT, 'src/store/migrations/sqlite')).filter(file => /^\d+-/.test(file)).length
+  const db = new Database(path, { readonly: true })
+  t.after(() => db.close())
+  assert.deepEqual(db.prepare('SELECT version FROM schema_version ORDER BY version').all().map(row => Number((row as { version: bigint }).version)), Array.from({ length: newest }, (_, i) => i + 1))
+  assert.equal(db.pragma('journal_mode', { simple: true }), 'wal')
+})
+
+test('a start finds a current schema without the write lock, so a transaction held elsewhere does not hold it up', async (t) => {
+  const path = join(tempDir(t), 'plantstore.db')
+  assert.equal((await migrate(path)).code, 0)
+  const holder = new Database(path)
+  holder.exec('BEGIN IMMEDIATE')
+  t.after(() => { holder.exec('ROLLBACK'); holder.close() })
+  const started = Date.now()
+  const again = await migrate(path)
+  assert.equal(again.code, 0, again.stderr)
+  assert.ok(Date.now() - started < 3000, `took ${Date.now() - started} ms`)
+})
