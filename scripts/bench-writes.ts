@@ -1,4 +1,4 @@
-// CPU per write of the SQLite store alone, without HTTP: the writer thread's share of a POST.
+// CPU per write of the SQLite store alone, without HTTP: the store's share of a POST.
 // Usage: npm run bench:writes [-- WRITES BATCH], defaults 20000 writes in batches of 36 (about what
 // group commit gathered under the HTTP bench's 64 connections, see docs/performance.md). Run it a
 // few times: the VM is noisy.
@@ -20,7 +20,7 @@ async function create (count: number): Promise<void> {
 }
 
 try {
-  await create(5_000) // warm-up: JIT and the writer thread
+  await create(5_000) // warm-up: JIT and the checkpoint thread
   const before = { ...store.stats }
   const cpu = process.cpuUsage()
   const start = performance.now()

@@ -95,7 +95,7 @@ export async function serve (config: Config): Promise<void> {
     const giveUp = setTimeout(() => fail(new Error(`did not stop within SHUTDOWN_TIMEOUT (${config.shutdownTimeout} s)`)), deadline)
     await app.close() // stops accepting, closes idle connections, waits for requests in flight
     clearTimeout(cutOff)
-    await store.close() // the writer thread commits what it holds
+    await store.close() // commits and syncs what it holds, checkpoints the WAL into the .db
     clearTimeout(giveUp)
     logStream.flushSync()
     process.exit(0)
