@@ -85,6 +85,8 @@ export async function buildApp ({ config, store, log = pino({ level: config.logL
   app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (request, bytes, done) => {
     const body = bytes as Buffer
     if (!isUtf8Charset(request.headers['content-type'])) return done(new ApiError('unsupportedCharset'), undefined)
+    const encoding = request.headers['content-encoding']
+    if (encoding !== undefined && encoding.toLowerCase() !== 'identity') return done(new ApiError('unsupportedEncoding'), undefined)
     if (!isUtf8(body)) return done(new ApiError('invalidText'), undefined)
     const text = body.toString('utf8')
     if (text.trim() === '') return done(new ApiError('emptyBody'), undefined)

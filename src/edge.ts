@@ -20,6 +20,17 @@ function repeatedHeader (request: FastifyRequest): string | undefined {
   return undefined
 }
 
+/** True when every percent-escape in `text` is a byte of valid UTF-8. */
+function decodable (text: string): boolean {
+  if (!text.includes('%')) return true
+  try {
+    decodeURIComponent(text)
+    return true
+  } catch {
+    return false
+  }
+}
+
 /**
  * Checks on the request's head that come before everything else, auth included: HTTP/1.1
  * requires Host; a second Authorization, Host or Content-Type header is ambiguous (which token,
@@ -33,6 +44,9 @@ export function installEdgeChecks (app: FastifyInstance, log: Logger): void {
       log.warn({ reqId: request.id, status: 400, reason: 'missingHost' }, 'request refused before routing')
       return done(new ApiError('missingHost'))
     }
+    // The query parser takes undecodable text literally; a path answers 400 for the same bytes.
+    const query = request.url.indexOf('?')
+    if (query !== -1 && !decodable(request.url.slice(query + 1))) return done(new ApiError('badQuery'))
     const repeated = repeatedHeader(request)
     if (repeated !== undefined) return done(new ApiError('repeatedHeader', `The ${repeated} header was sent more than once; send it once.`))
     // DELETE takes no body: whatever content type it declares, nothing is parsed (Fastify reads no body for GET).

@@ -115,6 +115,13 @@ test('bodies: one reading of JSON, text stored exactly or refused', async (t) =>
     }
   })
 
+  await t.test('a compressed body is 415: bodies are read as sent', async () => {
+    const answer = await call(server, 'POST', '/plants', { raw: '{"id":10,"name":"x"}', headers: { 'content-encoding': 'gzip' } })
+    assert.ok(isErrorBody(answer, 415), answer.text)
+    assert.match(answer.body.message, /Content-Encoding/)
+    assert.equal((await call(server, 'GET', '/plants/10')).status, 404)
+  })
+
   await t.test('astral characters round-trip exactly, and their retry is a safe 200', async () => {
     const plant = { id: 9, name: 'Fern 🌿 𝔉𝔢𝔯𝔫', tag: '🪴' }
     const escaped = '{"id":9,"name":"Fern \\ud83c\\udf3f \\ud835\\udd09\\ud835\\udd22\\ud835\\udd2f\\ud835\\udd2b","tag":"\\ud83e\\udeb4"}'
@@ -168,6 +175,15 @@ test('headers and query: Authorization once, query parameters strict, a content 
     const post = await call(server, 'POST', '/plants?dryRun=true', { body: { id: 2, name: 'x' } })
     assert.ok(isErrorBody(post, 400) && post.body.message.includes('`dryRun`'), post.text)
     assert.equal((await call(server, 'GET', '/plants/2')).status, 404, 'the refused POST stored nothing')
+  })
+
+  await t.test('a query string with bad percent-encoding is 400, as a path is', async () => {
+    for (const path of ['/plants?tag=%zz', '/plants?tag=%ff', '/plants?tag=%', '/plants/1?%C0%AF=1']) {
+      const answer = await call(server, 'GET', path)
+      assert.ok(isErrorBody(answer, 400), `${path}: ${answer.status} ${answer.text}`)
+      assert.match(answer.body.message, /query string/)
+    }
+    assert.deepEqual((await call(server, 'GET', '/plants?tag=sh%61de')).body, [{ id: 1, name: 'Fern', tag: 'shade' }], 'good escapes still decode')
   })
 
   await t.test('well-formed query parameters still work', async () => {
