@@ -27,7 +27,8 @@ export async function adminQuery (sql: string, values: unknown[] = []): Promise<
 export async function pgSchema (t: TestContext, applicationName?: string): Promise<{ url: string, schema: string }> {
   const schema = `t_${randomBytes(6).toString('hex')}`
   await adminQuery(`CREATE SCHEMA ${schema}`)
-  t.after(() => adminQuery(`DROP SCHEMA ${schema} CASCADE`))
+  // A lock left held by a failed test must not hang the run: the drop gives up after a while.
+  t.after(() => adminQuery(`SET lock_timeout = '5s'; DROP SCHEMA ${schema} CASCADE`))
   const url = new URL(PG_URL!)
   const params = [`options=${encodeURIComponent(`-c search_path=${schema}`)}`]
   if (applicationName !== undefined) params.push(`application_name=${applicationName}`)
