@@ -1,5 +1,5 @@
 import pg from 'pg'
-import { StoreUnavailableError } from '../errors.js'
+import { StoreUnavailableError, UnstorableTextError } from '../errors.js'
 import { describe, isUnavailable, isUniqueViolation } from './postgres-errors.js'
 import { LOCKS, migrate } from './postgres-schema.js'
 import type { NewToken, Plant, PlantRecord, Scope, Store, TokenRecord } from './store.js'
@@ -44,6 +44,12 @@ function rowToToken (row: TokenRow): TokenRecord {
     ...(row.expires_at === null ? {} : { expiresAt: row.expires_at }),
     ...(row.revoked_at === null ? {} : { revokedAt: row.revoked_at })
   }
+}
+
+/** PostgreSQL's text cannot hold U+0000; such a name or tag is refused before it is sent. */
+function unstorable (plant: Plant): UnstorableTextError | undefined {
+  if (!plant.name.includes('\u0000') && plant.tag?.includes('\u0000') !== true) return undefined
+  return new UnstorableTextError('The name or tag holds the character U+0000, which this store cannot keep; remove it.')
 }
 
 /** A failure as the caller sees it: the database out of reach is 503, anything else (a bug) stays an Error (500). */
@@ -167,6 +173,8 @@ export class PostgresStore implements Store {
 
   create (plant: PlantRecord): Promise<'created' | 'same' | 'conflict'> {
     const tag = plant.tag ?? null
+    const refused = unstorable(plant)
+    if (refused !== undefined) return Promise.reject(refused)
     return this.run('writes', async () => {
       // The row may be removed between the insert that found it and the read: then insert again.
       for (let attempt = 0; attempt < 3; attempt++) {
@@ -193,6 +201,7 @@ export class PostgresStore implements Store {
 
   list ({ limit, after, tag }: { limit: number, after?: bigint, tag?: string }): Promise<PlantRecord[]> {
     return this.run('reads', async () => {
+      if (tag?.includes('\u0000') === true) return [] // no stored tag holds it, and PostgreSQL refuses it as a parameter
       const { rows } = tag === undefined
         ? (after === undefined ? await this.query<PlantRow>(LIST_SQL.first, [limit]) : await this.query<PlantRow>(LIST_SQL.after, [after.toString(), limit]))
         : (after === undefined ? await this.query<PlantRow>(LIST_SQL.tagFirst, [tag, limit]) : await this.query<PlantRow>(LIST_SQL.tagAfter, [tag, after.toString(), limit]))
@@ -201,6 +210,8 @@ export class PostgresStore implements Store {
   }
 
   replace (id: bigint, plant: Plant): Promise<PlantRecord | undefined> {
+    const refused = unstorable(plant)
+    if (refused !== undefined) return Promise.reject(refused)
     return this.run('writes', async () => {
       const { rows } = await this.query<PlantRow>('UPDATE plants SET name = $1, tag = $2 WHERE id = $3::int8 RETURNING id, name, tag', [plant.name, plant.tag ?? null, id.toString()])
       return rows.length === 0 ? undefined : rowToPlant(rows[0])

@@ -1,7 +1,7 @@
 // The real server on PostgreSQL, over HTTP: the resource, the first-start banner, several instances.
 import assert from 'node:assert/strict'
 import { test } from 'node:test'
-import { call, cli, startServer, tempDir } from '../helpers.js'
+import { call, cli, isErrorBody, startServer, tempDir } from '../helpers.js'
 import { PG_SKIP, PG_URL, pgSchema } from '../store/postgres-helpers.js'
 
 const BANNER_TOKEN = /^ {3}(pst_\S+)$/m
@@ -30,6 +30,9 @@ if (PG_URL === undefined) {
     assert.equal((await call(server, 'DELETE', '/plants/3')).status, 204)
     assert.equal((await call(server, 'GET', '/plants/3')).status, 404)
     assert.equal((await call(server, 'GET', '/readyz', { token: null })).status, 200)
+    const nul = await call(server, 'POST', '/plants', { raw: '{"id": 5, "name": "a\\u0000b"}' })
+    assert.ok(isErrorBody(nul, 400), `${nul.status} ${nul.text}: text PostgreSQL cannot keep is the client's error, not a 500`)
+    assert.equal((await call(server, 'GET', '/plants?tag=%00')).status, 200)
 
     const second = await startServer(t, { env: { DATABASE_URL: url }, token: server.token })
     assert.doesNotMatch(second.stderr(), BANNER_TOKEN, 'tokens exist: no second banner')

@@ -4,7 +4,7 @@ import { randomBytes } from 'node:crypto'
 import pg from 'pg'
 import { test, type TestContext } from 'node:test'
 import { ConfigError } from '../../src/config.js'
-import { StoreUnavailableError } from '../../src/errors.js'
+import { StoreUnavailableError, UnstorableTextError } from '../../src/errors.js'
 import { openStore } from '../../src/store/open.js'
 import { PostgresStore, type PostgresLimits } from '../../src/store/postgres.js'
 import { migrations } from '../../src/store/postgres-schema.js'
@@ -54,6 +54,17 @@ if (PG_URL === undefined) {
     assert.equal(await store.create({ id: 1n, name: 'Fern' }), 'created')
     assert.equal(await store.create({ id: 2n, name: 'Fern' }), 'conflict')
     assert.equal(await store.get(2n), undefined)
+  })
+
+  test('a name or tag holding U+0000, which PostgreSQL text cannot keep, is refused as the client\'s error and nothing is stored', async (t) => {
+    const { store } = await open(t)
+    await assert.rejects(store.create({ id: 1n, name: 'a\u0000b' }), UnstorableTextError)
+    await assert.rejects(store.create({ id: 1n, name: 'ok', tag: '\u0000' }), UnstorableTextError)
+    assert.equal(await store.get(1n), undefined)
+    assert.equal(await store.create({ id: 1n, name: 'ok' }), 'created')
+    await assert.rejects(store.replace(1n, { name: '\u0000' }), UnstorableTextError)
+    assert.deepEqual(await store.list({ limit: 10, tag: '\u0000' }), [])
+    assert.deepEqual(await store.get(1n), { id: 1n, name: 'ok' })
   })
 
   test('connections the server ends are dropped: calls on them are refused as unavailable (57P01), at once, and the store recovers', async (t) => {
