@@ -53,6 +53,9 @@ export class ApiError extends Error {
 /** Thrown by stores when the storage itself cannot answer (disk, lock, lost worker). */
 export class StoreUnavailableError extends Error {}
 
+/** Thrown by stores for text they cannot keep exactly (PostgreSQL's text cannot hold U+0000): the client's to fix, 400. */
+export class UnstorableTextError extends Error {}
+
 /** The Error body: exactly `error` (the status) and `message`. */
 export function errorBody (status: number, message: string): string {
   return JSON.stringify({ error: status, message })
@@ -111,6 +114,7 @@ const fastifyCodes: Record<string, FailureName> = {
 function toApiError (error: FastifyError): ApiError {
   if (error instanceof ApiError) return error
   if (error instanceof StoreUnavailableError) return new ApiError('unavailable')
+  if (error instanceof UnstorableTextError) return new ApiError('invalidBody', error.message)
   if (error.validation !== undefined) {
     const context = error.validationContext ?? 'body'
     return new ApiError(context === 'body' ? 'invalidBody' : 'invalidParameter', describeValidation(context, error.validation as ValidationIssue[]))

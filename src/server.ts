@@ -49,7 +49,7 @@ function listenFailure (error: unknown, config: Config): ConfigError {
 
 /** Opens the store, listens, and closes gracefully on SIGTERM or SIGINT (exit 0). */
 export async function serve (config: Config): Promise<void> {
-  const store = openStore(config.databaseUrl)
+  const store = await openStore(config.databaseUrl)
   await store.ping()
   // Asynchronous log writes: lines written while one write is under way go out together in the
   // next, so under load logging costs a syscall per batch, not per request. Flushed on shutdown.

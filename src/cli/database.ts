@@ -17,9 +17,9 @@ export function databaseUrlOf (flag: string | undefined): string {
  * is said on stderr with the absolute path: a relative path or a forgotten DATABASE_URL would
  * otherwise leave tokens in a store that no server reads.
  */
-export function openForCommand (databaseUrl: string): Store {
+export async function openForCommand (databaseUrl: string): Promise<Store> {
   if (!isPostgresUrl(databaseUrl) && !existsSync(databaseUrl)) {
     process.stderr.write(`plantstore: no store at ${resolve(databaseUrl)} yet, so a new, empty one is created there (give --database-url or DATABASE_URL to use another).\n`)
   }
-  return openStore(databaseUrl)
+  return await openStore(databaseUrl)
 }

@@ -28,7 +28,7 @@ async function migrate (args: string[]): Promise<void> {
     process.stdout.write(USAGE.migrate + '\n')
     return
   }
-  await openForCommand(databaseUrlOf(parsed.values['database-url'] as string | undefined)).close()
+  await (await openForCommand(databaseUrlOf(parsed.values['database-url'] as string | undefined))).close()
 }
 
 async function main (argv: string[]): Promise<void> {

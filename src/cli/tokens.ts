@@ -81,7 +81,7 @@ export async function tokens (args: string[]): Promise<void> {
   const wanted = subcommand === 'create' ? newTokenOf(parsed.values) : undefined
   const [nameOrId] = parsed.positionals
   if (subcommand === 'revoke' && nameOrId === undefined) throw new ConfigError('tokens revoke takes one NAME_OR_ID; see plantstore tokens revoke --help.')
-  const store = openForCommand(databaseUrlOf(parsed.values['database-url'] as string | undefined))
+  const store = await openForCommand(databaseUrlOf(parsed.values['database-url'] as string | undefined))
   try {
     if (wanted !== undefined) await create(store, wanted)
     else if (subcommand === 'list') for (const token of await store.listTokens()) process.stdout.write(describeToken(token) + '\n')

@@ -1,11 +1,22 @@
 import { ConfigError, isPostgresUrl } from '../config.js'
+import { PostgresStore } from './postgres.js'
+import { describe } from './postgres-errors.js'
 import { SqliteStore } from './sqlite.js'
 import type { Store } from './store.js'
 
-/** Opens the store that `databaseUrl` names, creating and migrating it if needed. */
-export function openStore (databaseUrl: string): Store {
+/**
+ * Opens the store that `databaseUrl` names, creating and migrating it if needed: PostgreSQL for
+ * a `postgres://` or `postgresql://` URL, else a SQLite file. Asynchronous because PostgreSQL's
+ * connect and migration are.
+ */
+export async function openStore (databaseUrl: string): Promise<Store> {
   if (isPostgresUrl(databaseUrl)) {
-    throw new ConfigError('DATABASE_URL names PostgreSQL, which this version of plantstore cannot use yet; give a SQLite file path.')
+    try {
+      return await PostgresStore.open(databaseUrl)
+    } catch (error) {
+      // The URL may hold a password: the line names the cause, not the URL.
+      throw new ConfigError(`Cannot open the PostgreSQL database in DATABASE_URL: ${describe(error)}.`)
+    }
   }
   try {
     return new SqliteStore(databaseUrl)

@@ -1,0 +1,34 @@
+/** PostgreSQL's SQLSTATE (`23505`, `08006`…), or '' for an error without one. */
+export function sqlstateOf (error: unknown): string {
+  const code = (error as { code?: unknown } | null)?.code
+  return typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code) ? code : ''
+}
+
+/** A unique violation: from any path, a conflict rather than a failure. */
+export function isUniqueViolation (error: unknown): boolean {
+  return sqlstateOf(error) === '23505'
+}
+
+/**
+ * The database cannot answer now, rather than a bug: answered 503, not 500. SQLSTATE class 08
+ * (connection exception), 57P01–57P03 (the server shuts down or cannot connect yet), 57014 (a
+ * statement timeout), class 53 (too many connections, out of memory or disk), serialization
+ * failures and deadlocks (40001, 40P01: a retry succeeds); without a SQLSTATE, the socket's and
+ * node-postgres's own connection failures (refused, reset, lost, timed out).
+ */
+export function isUnavailable (error: unknown): boolean {
+  const state = sqlstateOf(error)
+  if (state !== '') return /^(08|53)/.test(state) || ['57P01', '57P02', '57P03', '57014', '40001', '40P01'].includes(state)
+  const code = (error as { code?: unknown } | null)?.code
+  if (typeof code === 'string' && /^(ECONN|ETIMEDOUT|EPIPE|EHOSTUNREACH|ENETUNREACH|ENOTFOUND|EAI_AGAIN)/.test(code)) return true
+  const message = (error as { message?: unknown } | null)?.message
+  return typeof message === 'string' &&
+    /Connection terminated|timeout exceeded when trying to connect|Query read timeout|Client was closed|Client has encountered a connection error|Cannot use a pool after calling end/.test(message)
+}
+
+/** An error as one line naming its cause: the SQLSTATE or socket code and the message. */
+export function describe (error: unknown): string {
+  const { code, message } = error as { code?: unknown, message?: unknown }
+  const parts = [code, message].filter(part => typeof part === 'string' && part !== '')
+  return parts.length > 0 ? parts.join(': ') : String(error)
+}

@@ -1,0 +1,289 @@
+import pg from 'pg'
+import { StoreUnavailableError, UnstorableTextError } from '../errors.js'
+import { describe, isUnavailable, isUniqueViolation } from './postgres-errors.js'
+import { LOCKS, migrate } from './postgres-schema.js'
+import type { NewToken, Plant, PlantRecord, Scope, Store, TokenRecord } from './store.js'
+
+/** How much the store takes on at once; past it, it refuses at once (503) rather than queue without end. */
+export interface PostgresLimits {
+  /** Writes under way (waiting for a connection or running). */
+  writesInFlight: number
+  /** Reads under way. */
+  readsPending: number
+  /** How long an operation may take, from the call to its answer, before it is answered 503, in ms. */
+  writeTimeoutMs: number
+  /** Connections the pool holds at most. */
+  poolSize: number
+}
+
+/** A deadline of about 2 s, as SPEC section 8 says, and caps like the SQLite store's. */
+export const DEFAULT_PG_LIMITS: PostgresLimits = { writesInFlight: 1024, readsPending: 1024, writeTimeoutMs: 2000, poolSize: 10 }
+
+/**
+ * int8 arrives as bigint, exact (node-postgres hands it over as a string by default). Set on
+ * the store's own connections only, not in the process-wide registry.
+ */
+const TYPES = {
+  getTypeParser: ((oid: number, format?: 'text' | 'binary') =>
+    oid === 20 ? (value: string) => BigInt(value) : pg.types.getTypeParser(oid, format ?? 'text')) as pg.CustomTypesConfig['getTypeParser']
+}
+
+interface PlantRow { id: bigint, name: string, tag: string | null }
+interface TokenRow { id: bigint, name: string, digest: Buffer, scopes: string, created_at: Date, expires_at: Date | null, revoked_at: Date | null }
+
+function rowToPlant ({ id, name, tag }: PlantRow): PlantRecord {
+  return tag === null ? { id, name } : { id, name, tag }
+}
+
+function rowToToken (row: TokenRow): TokenRecord {
+  return {
+    id: Number(row.id),
+    name: row.name,
+    scopes: row.scopes.split(' ') as Scope[],
+    createdAt: row.created_at,
+    ...(row.expires_at === null ? {} : { expiresAt: row.expires_at }),
+    ...(row.revoked_at === null ? {} : { revokedAt: row.revoked_at })
+  }
+}
+
+/** PostgreSQL's text cannot hold U+0000; such a name or tag is refused before it is sent. */
+function unstorable (plant: Plant): UnstorableTextError | undefined {
+  if (!plant.name.includes('\u0000') && plant.tag?.includes('\u0000') !== true) return undefined
+  return new UnstorableTextError('The name or tag holds the character U+0000, which this store cannot keep; remove it.')
+}
+
+/** A failure as the caller sees it: the database out of reach is 503, anything else (a bug) stays an Error (500). */
+function failureOf (error: unknown): Error {
+  if (error instanceof StoreUnavailableError) return error
+  return isUnavailable(error) ? new StoreUnavailableError(describe(error)) : new Error(describe(error))
+}
+
+/** The page queries: keyset pagination on the primary key or the (tag, id) index, never OFFSET. Ids travel as text, exact. */
+const LIST_SQL = {
+  first: 'SELECT id, name, tag FROM plants ORDER BY id LIMIT $1',
+  after: 'SELECT id, name, tag FROM plants WHERE id > $1::int8 ORDER BY id LIMIT $2',
+  tagFirst: 'SELECT id, name, tag FROM plants WHERE tag = $1 ORDER BY id LIMIT $2',
+  tagAfter: 'SELECT id, name, tag FROM plants WHERE tag = $1 AND id > $2::int8 ORDER BY id LIMIT $3'
+}
+
+/** The pool's settings for `url`: connect and statement timeouts within the deadline, int8 as bigint. */
+function poolConfig (url: string, limits: PostgresLimits): pg.PoolConfig {
+  return {
+    connectionString: url,
+    max: limits.poolSize,
+    types: TYPES,
+    // Waiting for a connection, opening one, a statement in the server, and a reply on the
+    // socket are each bounded by the deadline; the store's own timer answers at the deadline
+    // whatever is still under way.
+    connectionTimeoutMillis: limits.writeTimeoutMs,
+    statement_timeout: limits.writeTimeoutMs,
+    query_timeout: limits.writeTimeoutMs + 1000,
+    idleTimeoutMillis: 30_000,
+    application_name: 'plantstore'
+  }
+}
+
+/**
+ * The PostgreSQL store: a pool of node-postgres connections. Every operation is one statement in
+ * autocommit, or one short transaction; COMMIT returns once the change is durable
+ * (`synchronous_commit = on`, PostgreSQL's default), so its answer may go out at once. Reads and
+ * writes are bounded (`PostgresLimits`): past a cap, and past the deadline, the caller gets
+ * StoreUnavailableError (503). Connections that fail are dropped and the pool opens new ones,
+ * so the store recovers by itself when the database is back.
+ */
+export class PostgresStore implements Store {
+  private readonly pool: pg.Pool
+  private readonly limits: PostgresLimits
+  private writes = 0
+  private reads = 0
+  private closed = false
+
+  private constructor (url: string, limits: PostgresLimits) {
+    this.limits = limits
+    this.pool = new pg.Pool(poolConfig(url, limits))
+    // An idle connection the server drops emits 'error' on the pool; without a listener Node
+    // would end the process. The pool removes that connection and opens another when needed.
+    this.pool.on('error', () => {})
+  }
+
+  /** Connects to the database at `url` and creates or migrates its schema. */
+  static async open (url: string, limits: Partial<PostgresLimits> = {}): Promise<PostgresStore> {
+    const store = new PostgresStore(url, { ...DEFAULT_PG_LIMITS, ...limits })
+    // Migrations run on a connection of their own, without the statement timeout: waiting for
+    // another instance's migration is part of starting.
+    const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: store.limits.writeTimeoutMs, types: TYPES, application_name: 'plantstore' })
+    client.on('error', () => {})
+    try {
+      await client.connect()
+      await migrate(client)
+    } catch (error) {
+      await store.pool.end().catch(() => {})
+      throw error
+    } finally {
+      await client.end().catch(() => {})
+    }
+    return store
+  }
+
+  /**
+   * Runs `work` within the caps and the deadline. Past the deadline the caller is answered 503;
+   * the work may still complete (a write then stored: an identical retry answers 'same'), and it
+   * counts against the cap until it does.
+   */
+  private run<T> (kind: 'writes' | 'reads', work: () => Promise<T>): Promise<T> {
+    if (this.closed) return Promise.reject(new StoreUnavailableError('The store is closed.'))
+    const cap = kind === 'writes' ? this.limits.writesInFlight : this.limits.readsPending
+    if (this[kind] >= cap) return Promise.reject(new StoreUnavailableError(`${cap} ${kind} are in flight, as many as the store takes on.`))
+    this[kind]++
+    const done = work().finally(() => { this[kind]-- })
+    return new Promise<T>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new StoreUnavailableError(`The database did not answer within ${this.limits.writeTimeoutMs} ms.`)), this.limits.writeTimeoutMs)
+      done.then(value => { clearTimeout(timer); resolve(value) }, error => { clearTimeout(timer); reject(failureOf(error)) })
+    })
+  }
+
+  private async query<R extends pg.QueryResultRow> (text: string, values: unknown[] = []): Promise<pg.QueryResult<R>> {
+    return await this.pool.query<R>(text, values)
+  }
+
+  /**
+   * Runs `work` in one transaction on one connection. A connection that failed is dropped from
+   * the pool rather than handed to the next caller.
+   */
+  private async transaction<T> (work: (client: pg.PoolClient) => Promise<T>): Promise<T> {
+    const client = await this.pool.connect()
+    let broken: Error | undefined
+    try {
+      await client.query('BEGIN')
+      try {
+        const result = await work(client)
+        await client.query('COMMIT')
+        return result
+      } catch (error) {
+        await client.query('ROLLBACK').catch((rollback: Error) => { broken = rollback })
+        throw error
+      }
+    } catch (error) {
+      if (isUnavailable(error)) broken = error as Error
+      throw error
+    } finally {
+      client.release(broken)
+    }
+  }
+
+  create (plant: PlantRecord): Promise<'created' | 'same' | 'conflict'> {
+    const tag = plant.tag ?? null
+    const refused = unstorable(plant)
+    if (refused !== undefined) return Promise.reject(refused)
+    return this.run('writes', async () => {
+      // The row may be removed between the insert that found it and the read: then insert again.
+      for (let attempt = 0; attempt < 3; attempt++) {
+        try {
+          const inserted = await this.query('INSERT INTO plants (id, name, tag) VALUES ($1::int8, $2, $3) ON CONFLICT (id) DO NOTHING', [plant.id.toString(), plant.name, tag])
+          if (inserted.rowCount === 1) return 'created'
+        } catch (error) {
+          if (isUniqueViolation(error)) return 'conflict'
+          throw error
+        }
+        const stored = await this.query<PlantRow>('SELECT id, name, tag FROM plants WHERE id = $1::int8', [plant.id.toString()])
+        if (stored.rows.length === 1) return stored.rows[0].name === plant.name && stored.rows[0].tag === tag ? 'same' : 'conflict'
+      }
+      return 'conflict'
+    })
+  }
+
+  get (id: bigint): Promise<PlantRecord | undefined> {
+    return this.run('reads', async () => {
+      const { rows } = await this.query<PlantRow>('SELECT id, name, tag FROM plants WHERE id = $1::int8', [id.toString()])
+      return rows.length === 0 ? undefined : rowToPlant(rows[0])
+    })
+  }
+
+  list ({ limit, after, tag }: { limit: number, after?: bigint, tag?: string }): Promise<PlantRecord[]> {
+    return this.run('reads', async () => {
+      if (tag?.includes('\u0000') === true) return [] // no stored tag holds it, and PostgreSQL refuses it as a parameter
+      const { rows } = tag === undefined
+        ? (after === undefined ? await this.query<PlantRow>(LIST_SQL.first, [limit]) : await this.query<PlantRow>(LIST_SQL.after, [after.toString(), limit]))
+        : (after === undefined ? await this.query<PlantRow>(LIST_SQL.tagFirst, [tag, limit]) : await this.query<PlantRow>(LIST_SQL.tagAfter, [tag, after.toString(), limit]))
+      return rows.map(rowToPlant)
+    })
+  }
+
+  replace (id: bigint, plant: Plant): Promise<PlantRecord | undefined> {
+    const refused = unstorable(plant)
+    if (refused !== undefined) return Promise.reject(refused)
+    return this.run('writes', async () => {
+      const { rows } = await this.query<PlantRow>('UPDATE plants SET name = $1, tag = $2 WHERE id = $3::int8 RETURNING id, name, tag', [plant.name, plant.tag ?? null, id.toString()])
+      return rows.length === 0 ? undefined : rowToPlant(rows[0])
+    })
+  }
+
+  remove (id: bigint): Promise<boolean> {
+    return this.run('writes', async () => (await this.query('DELETE FROM plants WHERE id = $1::int8', [id.toString()])).rowCount === 1)
+  }
+
+  createToken (token: NewToken): Promise<TokenRecord | 'name-taken'> {
+    return this.run('writes', async () => {
+      try {
+        return await this.transaction(async (client) => {
+          const now = new Date()
+          // An expired token keeps its row but frees its name, in the same transaction as the insert.
+          await client.query('UPDATE tokens SET revoked_at = expires_at WHERE name = $1 AND revoked_at IS NULL AND expires_at <= $2', [token.name, now])
+          const { rows } = await client.query<TokenRow>(
+            'INSERT INTO tokens (name, digest, scopes, created_at, expires_at) VALUES ($1, $2, $3, $4, $5) ON CONFLICT (name) WHERE revoked_at IS NULL DO NOTHING RETURNING *',
+            [token.name, token.digest, token.scopes.join(' '), now, token.expiresAt ?? null])
+          return rows.length === 0 ? 'name-taken' as const : rowToToken(rows[0])
+        })
+      } catch (error) {
+        if (isUniqueViolation(error)) return 'name-taken'
+        throw error
+      }
+    })
+  }
+
+  createFirstToken (token: NewToken): Promise<TokenRecord | undefined> {
+    return this.run('writes', async () => await this.transaction(async (client) => {
+      // The lock row makes instances that start together take turns: the second sees the first's token.
+      await client.query('SELECT name FROM schema_lock WHERE name = $1 FOR UPDATE', [LOCKS.firstToken])
+      const { rows } = await client.query<TokenRow>(
+        'INSERT INTO tokens (name, digest, scopes, created_at, expires_at) SELECT $1, $2, $3, $4, $5 WHERE NOT EXISTS (SELECT 1 FROM tokens) RETURNING *',
+        [token.name, token.digest, token.scopes.join(' '), new Date(), token.expiresAt ?? null])
+      return rows.length === 0 ? undefined : rowToToken(rows[0])
+    }))
+  }
+
+  findToken (digest: Buffer): Promise<{ record: TokenRecord, digest: Buffer } | undefined> {
+    return this.run('reads', async () => {
+      const { rows } = await this.query<TokenRow>('SELECT * FROM tokens WHERE digest = $1', [digest])
+      return rows.length === 0 ? undefined : { record: rowToToken(rows[0]), digest: rows[0].digest }
+    })
+  }
+
+  listTokens (): Promise<TokenRecord[]> {
+    return this.run('reads', async () => (await this.query<TokenRow>('SELECT * FROM tokens ORDER BY id')).rows.map(rowToToken))
+  }
+
+  revokeToken (nameOrId: string): Promise<TokenRecord | undefined> {
+    return this.run('writes', async () => {
+      const now = new Date()
+      const byName = await this.query<TokenRow>('UPDATE tokens SET revoked_at = $1 WHERE name = $2 AND revoked_at IS NULL RETURNING *', [now, nameOrId])
+      if (byName.rows.length > 0) return rowToToken(byName.rows[0])
+      if (!/^\d{1,18}$/.test(nameOrId)) return undefined
+      const byId = await this.query<TokenRow>('UPDATE tokens SET revoked_at = coalesce(revoked_at, $1) WHERE id = $2::int8 RETURNING *', [now, nameOrId])
+      return byId.rows.length === 0 ? undefined : rowToToken(byId.rows[0])
+    })
+  }
+
+  async ping (): Promise<void> {
+    await this.run('reads', async () => await this.query('SELECT 1'))
+  }
+
+  /** Refuses new calls, lets those under way finish, and closes the pool's connections. */
+  close (): Promise<void> {
+    this.closed = true
+    this.closing ??= this.pool.end().catch(() => {})
+    return this.closing
+  }
+
+  private closing?: Promise<void>
+}

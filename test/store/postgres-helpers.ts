@@ -1,0 +1,36 @@
+import pg from 'pg'
+import { randomBytes } from 'node:crypto'
+import type { TestContext } from 'node:test'
+
+/** The PostgreSQL server the tests use, from TEST_DATABASE_URL; undefined skips the PostgreSQL tests. */
+export const PG_URL = process.env.TEST_DATABASE_URL
+
+/** Why the PostgreSQL tests of a file skip: said once per file. */
+export const PG_SKIP = 'TEST_DATABASE_URL is not set (e.g. postgres://postgres@127.0.0.1:5432/test), so the PostgreSQL tests are skipped'
+
+/** Runs `sql` on the test server on a connection of its own. */
+export async function adminQuery (sql: string, values: unknown[] = []): Promise<pg.QueryResult> {
+  const client = new pg.Client({ connectionString: PG_URL })
+  await client.connect()
+  try {
+    return await client.query(sql, values)
+  } finally {
+    await client.end()
+  }
+}
+
+/**
+ * A new, empty schema of its own for this test, dropped after it; returns the URL whose
+ * connections use it (search_path) and its name. `applicationName` tags the connections, so
+ * that a test can find (and end) its own.
+ */
+export async function pgSchema (t: TestContext, applicationName?: string): Promise<{ url: string, schema: string }> {
+  const schema = `t_${randomBytes(6).toString('hex')}`
+  await adminQuery(`CREATE SCHEMA ${schema}`)
+  // A lock left held by a failed test must not hang the run: the drop gives up after a while.
+  t.after(() => adminQuery(`SET lock_timeout = '5s'; DROP SCHEMA ${schema} CASCADE`))
+  const url = new URL(PG_URL!)
+  const params = [`options=${encodeURIComponent(`-c search_path=${schema}`)}`]
+  if (applicationName !== undefined) params.push(`application_name=${applicationName}`)
+  return { url: `${url.href}${url.search === '' ? '?' : '&'}${params.join('&')}`, schema }
+}

@@ -1,0 +1,150 @@
+// What is about PostgreSQL itself: SQLSTATE mapping, lost connections, deadlines, migrations.
+import assert from 'node:assert/strict'
+import { randomBytes } from 'node:crypto'
+import pg from 'pg'
+import { test, type TestContext } from 'node:test'
+import { ConfigError } from '../../src/config.js'
+import { StoreUnavailableError, UnstorableTextError } from '../../src/errors.js'
+import { openStore } from '../../src/store/open.js'
+import { PostgresStore, type PostgresLimits } from '../../src/store/postgres.js'
+import { migrations } from '../../src/store/postgres-schema.js'
+import { adminQuery, PG_SKIP, PG_URL, pgSchema } from './postgres-helpers.js'
+
+async function open (t: TestContext, limits: Partial<PostgresLimits> = {}): Promise<{ store: PostgresStore, url: string, schema: string, app: string }> {
+  const app = `ps_${randomBytes(6).toString('hex')}`
+  const { url, schema } = await pgSchema(t, app)
+  const store = await PostgresStore.open(url, limits)
+  t.after(() => store.close())
+  return { store, url, schema, app }
+}
+
+/** Settles `promise` and says how: the value, or the error's class. */
+async function outcome (promise: Promise<unknown>): Promise<unknown> {
+  try {
+    return await promise
+  } catch (error) {
+    return error instanceof StoreUnavailableError ? 'unavailable' : error
+  }
+}
+
+/**
+ * Runs `work` while another session holds plant `id` locked (`FOR UPDATE`), as an operator's
+ * open transaction would; `release` ends that transaction. The session ends whatever happens,
+ * before the test's schema is dropped.
+ */
+async function whileRowHeld (url: string, id: number, work: (release: () => Promise<void>) => Promise<void>): Promise<void> {
+  const holder = new pg.Client({ connectionString: url })
+  await holder.connect()
+  try {
+    await holder.query('BEGIN')
+    await holder.query('SELECT * FROM plants WHERE id = $1 FOR UPDATE', [id])
+    await work(async () => { await holder.query('ROLLBACK') })
+  } finally {
+    await holder.end()
+  }
+}
+
+if (PG_URL === undefined) {
+  test('PostgreSQL store', { skip: PG_SKIP }, () => {})
+} else {
+  test('a unique violation (23505) from any path is a conflict, not a failure', async (t) => {
+    const { store, schema } = await open(t)
+    // A second unique index, which ON CONFLICT (id) does not cover: its violation raises 23505.
+    await adminQuery(`CREATE UNIQUE INDEX plants_name ON ${schema}.plants (name)`)
+    assert.equal(await store.create({ id: 1n, name: 'Fern' }), 'created')
+    assert.equal(await store.create({ id: 2n, name: 'Fern' }), 'conflict')
+    assert.equal(await store.get(2n), undefined)
+  })
+
+  test('a name or tag holding U+0000, which PostgreSQL text cannot keep, is refused as the client\'s error and nothing is stored', async (t) => {
+    const { store } = await open(t)
+    await assert.rejects(store.create({ id: 1n, name: 'a\u0000b' }), UnstorableTextError)
+    await assert.rejects(store.create({ id: 1n, name: 'ok', tag: '\u0000' }), UnstorableTextError)
+    assert.equal(await store.get(1n), undefined)
+    assert.equal(await store.create({ id: 1n, name: 'ok' }), 'created')
+    await assert.rejects(store.replace(1n, { name: '\u0000' }), UnstorableTextError)
+    assert.deepEqual(await store.list({ limit: 10, tag: '\u0000' }), [])
+    assert.deepEqual(await store.get(1n), { id: 1n, name: 'ok' })
+  })
+
+  test('connections the server ends are dropped: calls on them are refused as unavailable (57P01), at once, and the store recovers', async (t) => {
+    const { store, app, url } = await open(t)
+    await Promise.all(Array.from({ length: 5 }, (_, i) => store.create({ id: BigInt(i), name: `p${i}` })))
+    // Writes waiting in the server for a row lock are under way on their connections when these end.
+    await whileRowHeld(url.replace(`application_name=${app}`, 'application_name=holder'), 1, async (release) => {
+      const started = Date.now()
+      const waiting = Array.from({ length: 3 }, () => outcome(store.replace(1n, { name: 'Moss' })))
+      await new Promise(resolve => setTimeout(resolve, 200))
+      const ended = await adminQuery('SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1', [app])
+      assert.ok(ended.rowCount! >= 3)
+      assert.deepEqual(await Promise.all(waiting), ['unavailable', 'unavailable', 'unavailable'], 'refused as unavailable, not a bug (500)')
+      assert.ok(Date.now() - started < 1500, `took ${Date.now() - started} ms: not a wait for the deadline`)
+      await release()
+    })
+    let recovered = false
+    for (let attempt = 0; attempt < 20 && !recovered; attempt++) {
+      recovered = (await outcome(store.get(0n)) as { name?: string } | undefined)?.name === 'p0'
+    }
+    assert.ok(recovered, 'new connections answer')
+    assert.deepEqual(await store.replace(1n, { name: 'Moss' }), { id: 1n, name: 'Moss' })
+  })
+
+  test('a database that cannot be reached at start fails with one line, in time, naming no password', async () => {
+    const started = Date.now()
+    await assert.rejects(openStore('postgres://postgres:secret@127.0.0.1:1/test'), (error: Error) => {
+      assert.ok(error instanceof ConfigError)
+      assert.match(error.message, /^Cannot open the PostgreSQL database in DATABASE_URL: ECONNREFUSED/)
+      assert.doesNotMatch(error.message, /secret|\n/)
+      return true
+    })
+    assert.ok(Date.now() - started < 2500)
+  })
+
+  test('a write held by a lock answers unavailable within about 2 s, and goes through once the lock is gone', async (t) => {
+    const { store, url } = await open(t)
+    await store.create({ id: 1n, name: 'Fern' })
+    await whileRowHeld(url, 1, async (release) => {
+      const started = Date.now()
+      assert.equal(await outcome(store.replace(1n, { name: 'Moss' })), 'unavailable')
+      const took = Date.now() - started
+      assert.ok(took >= 1800 && took < 2600, `took ${took} ms`)
+      assert.deepEqual(await store.get(1n), { id: 1n, name: 'Fern' }, 'reads are still served')
+      await release()
+    })
+    assert.deepEqual(await store.replace(1n, { name: 'Moss' }), { id: 1n, name: 'Moss' })
+  })
+
+  test('past the cap of writes in flight a write is refused at once', async (t) => {
+    const { store, url } = await open(t, { writesInFlight: 1 })
+    await store.create({ id: 1n, name: 'Fern' })
+    await whileRowHeld(url, 1, async (release) => {
+      const held = outcome(store.replace(1n, { name: 'Moss' }))
+      const started = Date.now()
+      assert.equal(await outcome(store.create({ id: 2n, name: 'Ivy' })), 'unavailable')
+      assert.ok(Date.now() - started < 200)
+      await release()
+      assert.deepEqual(await held, { id: 1n, name: 'Moss' })
+    })
+  })
+
+  test('three stores migrating one empty schema at once all work, and each migration is applied once', async (t) => {
+    const { url } = await pgSchema(t)
+    const stores = await Promise.all([1, 2, 3].map(() => PostgresStore.open(url)))
+    t.after(() => Promise.all(stores.map(store => store.close())))
+    for (const [i, store] of stores.entries()) assert.equal(await store.create({ id: BigInt(i), name: `p${i}` }), 'created')
+    for (const store of stores) assert.equal((await store.list({ limit: 10 })).length, 3, 'one schema')
+    const client = new pg.Client({ connectionString: url })
+    await client.connect()
+    t.after(() => client.end())
+    const { rows } = await client.query('SELECT version FROM schema_version ORDER BY version')
+    assert.deepEqual(rows.map(row => row.version), migrations().map(m => m.version))
+  })
+
+  test('a schema newer than this plantstore knows is refused', async (t) => {
+    const { url, schema } = await pgSchema(t)
+    await (await PostgresStore.open(url)).close()
+    await adminQuery(`INSERT INTO ${schema}.schema_version (version, name) VALUES (999, '999-future.sql')`)
+    await assert.rejects(PostgresStore.open(url), /schema is version 999, newer than this plantstore knows/)
+    await assert.rejects(openStore(url), ConfigError)
+  })
+}
