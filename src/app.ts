@@ -8,7 +8,7 @@ import { validatorCompiler } from './contract.js'
 import { installEdgeChecks } from './edge.js'
 import { ApiError, clientErrorHandler, frameworkErrorHandler, installErrorHandling } from './errors.js'
 import { JsonError, parseJson } from './json.js'
-import { installRateLimit } from './rate-limit.js'
+import { rateLimiter } from './rate-limit.js'
 import { plants } from './routes/plants.js'
 import { system } from './routes/system.js'
 import type { Store } from './store/store.js'
@@ -105,8 +105,8 @@ export async function buildApp ({ config, store, log = pino({ level: config.logL
   })
 
   installEdgeChecks(app, log)
-  installAuth(app, store)
-  installRateLimit(app, config.rateLimitPerMinute)
+  const limiter = rateLimiter(config.rateLimitPerMinute)
+  installAuth(app, store, limiter === undefined ? [] : [limiter])
   await app.register(system, { store })
   await app.register(plants, { store })
   return app

@@ -32,9 +32,10 @@ function authorize (record: TokenRecord | undefined, scope: Scope): TokenRecord 
  * is added to each route that needs a scope when the route is declared, so routes without one
  * (health, the document) carry no auth work at all, and the scope is known without looking it
  * up per request. A callback hook, not an async one: with the check cached it finishes in the
- * same tick, with no promise per request on the hottest path.
+ * same tick, with no promise per request on the hottest path. `after` are hooks that need the
+ * checked token (the rate limit): they run right after it, on the same routes.
  */
-export function installAuth (app: FastifyInstance, store: Store): void {
+export function installAuth (app: FastifyInstance, store: Store, after: onRequestHookHandler[] = []): void {
   const cache = new TokenCache(store)
   const requireScope = (scope: Scope): onRequestHookHandler => (request, _reply, done) => {
     const token = BEARER.exec(request.headers.authorization ?? '')?.[1]
@@ -55,6 +56,6 @@ export function installAuth (app: FastifyInstance, store: Store): void {
     const scope = route.config?.scope
     if (scope === undefined) return
     const own = route.onRequest === undefined ? [] : [route.onRequest].flat()
-    route.onRequest = [requireScope(scope), ...own]
+    route.onRequest = [requireScope(scope), ...after, ...own]
   })
 }

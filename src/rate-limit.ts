@@ -1,4 +1,4 @@
-import type { FastifyInstance, onRequestHookHandler } from 'fastify'
+import type { onRequestHookHandler } from 'fastify'
 import { ApiError } from './errors.js'
 
 const WINDOW_MS = 60_000
@@ -6,10 +6,11 @@ const WINDOW_MS = 60_000
 /**
  * At most `perMinute` requests per token in each fixed one-minute window; over it, 429 with
  * Retry-After. Counts live in this process (with several instances, each counts its own).
- * Added to each route that takes a token, after its auth hook (installAuth must come first).
+ * The hook runs after auth, on the routes that take a token (installAuth adds it); none when
+ * `perMinute` is 0.
  */
-export function installRateLimit (app: FastifyInstance, perMinute: number): void {
-  if (perMinute === 0) return
+export function rateLimiter (perMinute: number): onRequestHookHandler | undefined {
+  if (perMinute === 0) return undefined
   let windowStart = 0
   let counts = new Map<number, number>()
   // A callback hook, like auth's: counting needs no promise per request.
@@ -26,8 +27,5 @@ export function installRateLimit (app: FastifyInstance, perMinute: number): void
     const retryAfter = Math.ceil((windowStart + WINDOW_MS - now) / 1000)
     done(new ApiError('rateLimited', undefined, { 'retry-after': String(retryAfter) }))
   }
-  app.addHook('onRoute', (route) => {
-    if (route.config?.scope === undefined) return
-    route.onRequest = [...(route.onRequest === undefined ? [] : [route.onRequest].flat()), limit]
-  })
+  return limit
 }

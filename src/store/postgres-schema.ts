@@ -1,17 +1,6 @@
 import type pg from 'pg'
-import { readdirSync, readFileSync } from 'node:fs'
 import { sqlstateOf } from './postgres-errors.js'
-
-const MIGRATIONS_DIR = new URL('./migrations/postgres/', import.meta.url)
-
-/** The numbered migrations (`001-name.sql`), in order. */
-export function migrations (): Array<{ version: number, name: string, sql: string }> {
-  return readdirSync(MIGRATIONS_DIR).filter(file => /^\d+-.+\.sql$/.test(file)).sort().map(file => ({
-    version: Number(file.split('-')[0]),
-    name: file,
-    sql: readFileSync(new URL(file, MIGRATIONS_DIR), 'utf8')
-  }))
-}
+import { migrationsOf, tooNew } from './migrations.js'
 
 /** The lock rows: `migrate` serialises migrations, `first-token` the first start's token. */
 export const LOCKS = { migrate: 'migrate', firstToken: 'first-token' } as const
@@ -41,10 +30,6 @@ async function versionOf (client: pg.ClientBase): Promise<number> {
   return row.rows[0].version ?? 0
 }
 
-function tooNew (found: number, newest: number): Error {
-  return new Error(`The database schema is version ${found}, newer than this plantstore knows (${newest}); upgrade plantstore.`)
-}
-
 /**
  * Creates or upgrades the schema (in the connection's search_path), each migration in its own
  * transaction, recorded in schema_version. Safe when several instances start at once: each
@@ -53,7 +38,7 @@ function tooNew (found: number, newest: number): Error {
  * newer plantstore.
  */
 export async function migrate (client: pg.ClientBase): Promise<void> {
-  const known = migrations()
+  const known = migrationsOf('postgres')
   const newest = known.at(-1)?.version ?? 0
   // Most starts find the schema current: they read its version and take no lock.
   const found = await versionOf(client)

@@ -1,17 +1,6 @@
 import Database from 'better-sqlite3'
-import { readdirSync, readFileSync } from 'node:fs'
 import { isBusy } from './sqlite-errors.js'
-
-const MIGRATIONS_DIR = new URL('./migrations/sqlite/', import.meta.url)
-
-/** The numbered migrations (`001-name.sql`), in order. */
-function migrations (): Array<{ version: number, name: string, sql: string }> {
-  return readdirSync(MIGRATIONS_DIR).filter(file => /^\d+-.+\.sql$/.test(file)).sort().map(file => ({
-    version: Number(file.split('-')[0]),
-    name: file,
-    sql: readFileSync(new URL(file, MIGRATIONS_DIR), 'utf8')
-  }))
-}
+import { migrationsOf, tooNew } from './migrations.js'
 
 /** The schema version a database holds (0 for a new file). */
 function versionOf (db: Database.Database): number {
@@ -55,10 +44,6 @@ export function configure (db: Database.Database, { busyTimeoutMs = 5000, synchr
   db.defaultSafeIntegers(true)
 }
 
-function tooNew (found: number, newest: number): Error {
-  return new Error(`The database schema is version ${found}, newer than this plantstore knows (${newest}); upgrade plantstore.`)
-}
-
 /**
  * Creates or upgrades the schema at `path`, each migration in its own transaction. Safe when
  * several processes start at once: BEGIN IMMEDIATE lets one migrate while the others wait.
@@ -69,7 +54,7 @@ export function migrate (path: string): void {
   try {
     configure(db)
     if (db.pragma('journal_mode', { simple: true }) !== 'wal') whileBusy(() => db.pragma('journal_mode = WAL'))
-    const known = migrations()
+    const known = migrationsOf('sqlite')
     const newest = known.at(-1)?.version ?? 0
     // Most starts find the schema current: they read its version and take no write lock, so an
     // operator's open transaction does not hold up a start.

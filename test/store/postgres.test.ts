@@ -7,7 +7,7 @@ import { ConfigError } from '../../src/config.js'
 import { StoreUnavailableError, UnstorableTextError } from '../../src/errors.js'
 import { openStore } from '../../src/store/open.js'
 import { PostgresStore, type PostgresLimits } from '../../src/store/postgres.js'
-import { migrations } from '../../src/store/postgres-schema.js'
+import { migrationsOf } from '../../src/store/migrations.js'
 import { adminQuery, PG_SKIP, PG_URL, pgSchema } from './postgres-helpers.js'
 
 async function open (t: TestContext, limits: Partial<PostgresLimits> = {}): Promise<{ store: PostgresStore, url: string, schema: string, app: string }> {
@@ -137,7 +137,7 @@ if (PG_URL === undefined) {
     await client.connect()
     t.after(() => client.end())
     const { rows } = await client.query('SELECT version FROM schema_version ORDER BY version')
-    assert.deepEqual(rows.map(row => row.version), migrations().map(m => m.version))
+    assert.deepEqual(rows.map(row => row.version), migrationsOf('postgres').map(m => m.version))
   })
 
   test('a schema newer than this plantstore knows is refused', async (t) => {

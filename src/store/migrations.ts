@@ -1,0 +1,18 @@
+import { readdirSync, readFileSync } from 'node:fs'
+
+export interface Migration { version: number, name: string, sql: string }
+
+/** The numbered migrations (`001-name.sql`) of one kind of store, in order. */
+export function migrationsOf (kind: 'sqlite' | 'postgres'): Migration[] {
+  const dir = new URL(`./migrations/${kind}/`, import.meta.url)
+  return readdirSync(dir).filter(file => /^\d+-.+\.sql$/.test(file)).sort().map(file => ({
+    version: Number(file.split('-')[0]),
+    name: file,
+    sql: readFileSync(new URL(file, dir), 'utf8')
+  }))
+}
+
+/** A database from a newer plantstore: `serve` refuses it rather than guess at its schema. */
+export function tooNew (found: number, newest: number): Error {
+  return new Error(`The database schema is version ${found}, newer than this plantstore knows (${newest}); upgrade plantstore.`)
+}
