@@ -1,6 +1,6 @@
 import { ConfigError, isPostgresUrl } from '../config.js'
 import { PostgresStore } from './postgres.js'
-import { describe } from './postgres-errors.js'
+import { describe } from './describe.js'
 import { SqliteStore } from './sqlite.js'
 import type { Store } from './store.js'
 

@@ -25,10 +25,3 @@ export function isUnavailable (error: unknown): boolean {
   return typeof message === 'string' &&
     /Connection terminated|timeout exceeded when trying to connect|Query read timeout|Client was closed|Client has encountered a connection error|Cannot use a pool after calling end/.test(message)
 }
-
-/** An error as one line naming its cause: the SQLSTATE or socket code and the message. */
-export function describe (error: unknown): string {
-  const { code, message } = error as { code?: unknown, message?: unknown }
-  const parts = [code, message].filter(part => typeof part === 'string' && part !== '')
-  return parts.length > 0 ? parts.join(': ') : String(error)
-}

@@ -1,6 +1,7 @@
 import pg from 'pg'
 import { StoreUnavailableError, UnstorableTextError } from '../errors.js'
-import { describe, isUnavailable, isUniqueViolation } from './postgres-errors.js'
+import { describe } from './describe.js'
+import { isUnavailable, isUniqueViolation } from './postgres-errors.js'
 import { LOCKS, migrate } from './postgres-schema.js'
 import type { NewToken, Plant, PlantRecord, Scope, Store, TokenRecord } from './store.js'
 

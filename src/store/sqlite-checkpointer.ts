@@ -3,7 +3,7 @@
 // the event loop never waits for them. It has a connection of its own, which never writes rows.
 import Database from 'better-sqlite3'
 import { parentPort, workerData } from 'node:worker_threads'
-import { describe } from './sqlite-errors.js'
+import { describe } from './describe.js'
 import { configure } from './sqlite-schema.js'
 
 /** What the owner gives the thread: the database file. */

@@ -13,10 +13,3 @@ export function isUnavailable (error: unknown): boolean {
 export function isBusy (error: unknown): boolean {
   return codeOf(error).startsWith('SQLITE_BUSY')
 }
-
-/** An error as one line naming its cause: SQLite's or the OS's code and message. */
-export function describe (error: unknown): string {
-  const { code, message } = error as { code?: unknown, message?: unknown }
-  const parts = [code, message].filter(part => typeof part === 'string' && part !== '')
-  return parts.length > 0 ? parts.join(': ') : String(error)
-}

@@ -3,7 +3,7 @@
 // commit durable with an fdatasync of the WAL on libuv's thread pool before it answers
 // (docs/durability.md argues why that suffices).
 import Database from 'better-sqlite3'
-import { describe } from './sqlite-errors.js'
+import { describe } from './describe.js'
 import { configure } from './sqlite-schema.js'
 import { PLANT_BY_ID_SQL, PLANT_COLUMNS, rowToPlant, rowToToken, type PlantRow, type TokenRow } from './sqlite-rows.js'
 import type { NewToken } from './store.js'
