@@ -2,7 +2,7 @@ import assert from 'node:assert/strict'
 import Database from 'better-sqlite3'
 import { fstatSync, statSync } from 'node:fs'
 import { join } from 'node:path'
-import { test } from 'node:test'
+import { test, type TestContext } from 'node:test'
 import { StoreUnavailableError } from '../../src/errors.js'
 import { SqliteStore } from '../../src/store/sqlite.js'
 import { tempDir } from '../helpers.js'
@@ -40,6 +40,15 @@ function holdSyncs (store: SqliteStore): Array<() => void> {
   return held
 }
 
+/** A fresh, working store whose fdatasyncs are held from now on; they are let go after the test. */
+async function storeWithHeldSyncs (t: TestContext): Promise<{ store: SqliteStore, held: Array<() => void> }> {
+  const store = openStore(t)
+  await store.ping()
+  const held = holdSyncs(store)
+  t.after(() => { for (const release of held) release() })
+  return { store, held }
+}
+
 /** Whether `promise` has settled by the end of the current turn. */
 async function settled (promise: Promise<unknown>): Promise<boolean> {
   let done = false
@@ -50,10 +59,7 @@ async function settled (promise: Promise<unknown>): Promise<boolean> {
 }
 
 test('a write is answered only after an fdatasync that began after its commit; the next turn commits meanwhile and waits for the next one', async (t) => {
-  const store = openStore(t)
-  await store.ping()
-  const held = holdSyncs(store)
-  t.after(() => { for (const release of held) release() })
+  const { store, held } = await storeWithHeldSyncs(t)
   const first = store.create({ id: 1n, name: 'first' })
   await new Promise(resolve => setImmediate(resolve))
   assert.equal(held.length, 1, 'the first commit\'s fdatasync runs')
@@ -71,10 +77,7 @@ test('a write is answered only after an fdatasync that began after its commit; t
 })
 
 test('a read that may see a commit not yet durable is answered after that commit\'s fdatasync', async (t) => {
-  const store = openStore(t)
-  await store.ping()
-  const held = holdSyncs(store)
-  t.after(() => { for (const release of held) release() })
+  const { store, held } = await storeWithHeldSyncs(t)
   const write = store.create({ id: 1n, name: 'Fern' })
   await new Promise(resolve => setImmediate(resolve)) // committed, its fdatasync running
   const read = store.get(1n)

@@ -18,7 +18,7 @@ function countingStore (known: string[]): Store & { reads: number } {
   return store as unknown as Store & { reads: number }
 }
 
-test('a found token is answered from memory, synchronously, without a hash or a read, for TOKEN_CACHE_MS from before its read', async () => {
+test('a found token is answered from memory, synchronously, without a store read, for TOKEN_CACHE_MS from before its read', async () => {
   const store = countingStore(['a'])
   const cache = new TokenCache(store)
   const first = cache.check('a', 1000)
