@@ -1,10 +1,10 @@
 import assert from 'node:assert/strict'
 import Database from 'better-sqlite3'
 import { spawn } from 'node:child_process'
-import { readdirSync } from 'node:fs'
 import { join } from 'node:path'
 import { test } from 'node:test'
-import { MAIN, ROOT, tempDir } from '../helpers.js'
+import { migrationsOf } from '../../src/store/migrations.js'
+import { MAIN, tempDir } from '../helpers.js'
 
 /** Runs `plantstore migrate` on `path`; resolves with its exit code and stderr. */
 function migrate (path: string): Promise<{ code: number | null, stderr: string }> {
@@ -20,7 +20,7 @@ test('six processes migrating one new file at once all succeed, and the schema i
   const path = join(tempDir(t), 'plantstore.db')
   const results = await Promise.all(Array.from({ length: 6 }, () => migrate(path)))
   for (const { code, stderr } of results) assert.equal(code, 0, stderr)
-  const newest = readdirSync(join(ROOT, 'src/store/migrations/sqlite')).filter(file => /^\d+-/.test(file)).length
+  const newest = migrationsOf('sqlite').length
   const db = new Database(path, { readonly: true })
   t.after(() => db.close())
   assert.deepEqual(db.prepare('SELECT version FROM schema_version ORDER BY version').all().map(row => Number((row as { version: bigint }).version)), Array.from({ length: newest }, (_, i) => i + 1))
