@@ -4,7 +4,11 @@
 // read. Commands (see also scripts/README.md):
 //   npm run bench             5 rounds of get, list and post, 3 s warm-up and 10 s measured per server and round
 //   npm run bench:writes      the store alone: CPU per write (scripts/bench-writes.ts)
+//   BENCH_DATABASE_URL=postgres://… npm run bench   the same scenarios on PostgreSQL, against the
+//                             postgres yardstick (bare node:http, pg, the store's statements), on
+//                             one and on two instances of each, a fresh schema per scenario
 // Settings: BENCH_SECONDS (10)  BENCH_ROUNDS (5)  BENCH_CONNECTIONS (64)  BENCH_ONLY (get,list,post)  BENCH_SOAK_SECONDS (off)
+//           BENCH_DATABASE_URL (unset: SQLite)  BENCH_INSTANCES (PostgreSQL: 1,2)  BENCH_YARDSTICKS (PostgreSQL: postgres; or postgres,postgres-js)
 // Each scenario runs in rounds, and within a round the yardsticks and the service take turns in
 // an order rotated from round to round, so that all meet the same machine and none always goes
 // first: on a shared VM throughput drifts from minute to minute (docs/performance.md). Each ratio
@@ -16,12 +20,28 @@ import { availableParallelism, cpus, loadavg, totalmem, tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import Database from 'better-sqlite3'
+import pg from 'pg'
 
 type ScenarioName = 'get' | 'list' | 'post'
-type YardstickName = 'ceiling' | 'durable' | 'get' | 'list'
+type YardstickName = 'ceiling' | 'durable' | 'get' | 'list' | 'postgres' | 'postgres-js'
 type ServerName = YardstickName | 'service'
 
-interface Options { seconds: number, rounds: number, connections: number, only: ScenarioName[], soakSeconds: number }
+interface Options {
+  seconds: number
+  rounds: number
+  connections: number
+  only: ScenarioName[]
+  soakSeconds: number
+  /** PostgreSQL mode: the database in which each scenario gets a fresh schema. */
+  databaseUrl?: string
+  /** How many processes of each server a scenario runs at once (PostgreSQL mode only). */
+  instances: number[]
+  /** The yardsticks of PostgreSQL mode. */
+  postgresYardsticks: YardstickName[]
+}
+
+/** One side of a comparison: a yardstick or the service, as one process or several driven at once. */
+interface Contender { name: ServerName, servers: Server[] }
 
 interface Server { name: ServerName, child: ChildProcess, pid: number, port: number, output: string[], exit?: string }
 
@@ -40,6 +60,8 @@ interface WrkStats {
 
 interface Row {
   scenario: ScenarioName
+  /** Processes of the server, driven at once. */
+  instances: number
   round: number
   /** Its place in the round's order (1 = first). */
   turn: number
@@ -54,11 +76,15 @@ interface Row {
   errorDetail?: string
   p50Ms: number
   p99Ms: number
+  /** The server's CPU time (user + system, all its processes) over the measured run, per 2xx answer: less at the mercy of the machine's load than throughput. */
+  cpuUsPerRequest: number
+  /** RSS summed over the instances. */
   rssStartMiB: number
   rssEndMiB: number
+  rssSeriesMiB: number[]
+  /** The highest of the instances' peaks: a process's. */
   peakRssMiB: number
   peakRssScope: 'scenario' | 'process lifetime'
-  rssSeriesMiB: number[]
   /** Share of the server CPU's time the hypervisor gave to others meanwhile (steal): the noise floor of the round. */
   stealPercent: number
 }
@@ -70,7 +96,10 @@ const WARMUP_SECONDS = 3
 const WRK_TIMEOUT_SECONDS = 10
 const SEED_COUNT = 10_000
 const LOG_LEVEL = 'warn'
-const PINNED = availableParallelism() >= 2
+const POSTGRES_URL = process.env.BENCH_DATABASE_URL
+// On PostgreSQL nothing is pinned: the database's processes need the cores too, and two
+// instances of a server must be free to use both.
+const PINNED = availableParallelism() >= 2 && POSTGRES_URL === undefined
 // Reads first: they then read exactly the seeded plants in the service's database too, before
 // POST adds its own.
 const SCENARIOS: Record<ScenarioName, { label: string, yardsticks: YardstickName[] }> = {
@@ -82,16 +111,25 @@ const YARDSTICKS: Record<YardstickName, string> = {
   ceiling: 'bare ceiling',
   durable: 'naive durable',
   get: 'bare point read',
-  list: 'bare page read'
+  list: 'bare page read',
+  postgres: 'bare pg',
+  'postgres-js': 'bare postgres.js'
+}
+
+/** The yardsticks a scenario is compared with: on PostgreSQL, the one that runs the store's statements. */
+function yardsticksOf (scenario: ScenarioName, options: Options): YardstickName[] {
+  return options.databaseUrl === undefined ? SCENARIOS[scenario].yardsticks : options.postgresYardsticks
 }
 /** Issue 12's targets: the service's median ratio to each yardstick, its p99 and its peak memory. */
 const TARGETS = {
-  ratio: { 'post/ceiling': 0.8, 'post/durable': 1.0, 'get/get': 0.95, 'list/list': 0.7 } as Record<string, number>,
+  ratio: { 'post/ceiling': 0.8, 'post/durable': 1.0, 'get/get': 0.95, 'list/list': 0.7, 'post/postgres': 0.7 } as Record<string, number | undefined>,
   p99Ms: 10,
   peakRssMiB: 120
 }
 
 const children = new Set<ChildProcess>()
+/** Every server started, for the report of what they logged and how they ended. */
+const started: Server[] = []
 const tempDirs: string[] = []
 let runNumber = 0
 
@@ -107,7 +145,18 @@ function readOptions (): Options {
   if (unknown !== undefined || asked.length === 0) throw new Error(`BENCH_ONLY takes a comma list of get, list, post, not "${process.env.BENCH_ONLY}"`)
   const only = (Object.keys(SCENARIOS) as ScenarioName[]).filter(s => asked.includes(s))
   const soakSeconds = process.env.BENCH_SOAK_SECONDS === undefined ? 0 : positive('BENCH_SOAK_SECONDS', 0)
-  return { seconds: positive('BENCH_SECONDS', 10), rounds: positive('BENCH_ROUNDS', 5), connections: positive('BENCH_CONNECTIONS', 64), only, soakSeconds }
+  if (POSTGRES_URL !== undefined && !/^postgres(ql)?:\/\//.test(POSTGRES_URL)) throw new Error(`BENCH_DATABASE_URL must be a postgres:// URL, not "${POSTGRES_URL}"`)
+  const instancesText = process.env.BENCH_INSTANCES ?? (POSTGRES_URL === undefined ? '1' : '1,2')
+  const instances = instancesText.split(',').map(n => Number(n.trim()))
+  if (instances.some(n => !Number.isInteger(n) || n < 1) || (POSTGRES_URL === undefined && instancesText !== '1')) {
+    throw new Error(`BENCH_INSTANCES takes a comma list of counts such as 1,2, and only with BENCH_DATABASE_URL; not "${instancesText}"`)
+  }
+  if (POSTGRES_URL !== undefined && soakSeconds > 0) throw new Error('BENCH_SOAK_SECONDS is for SQLite only')
+  const postgresYardsticks = (process.env.BENCH_YARDSTICKS ?? 'postgres').split(',').map(name => name.trim()) as YardstickName[]
+  if (postgresYardsticks.some(name => name !== 'postgres' && name !== 'postgres-js') || (POSTGRES_URL === undefined && process.env.BENCH_YARDSTICKS !== undefined)) {
+    throw new Error(`BENCH_YARDSTICKS takes postgres and postgres-js, and only with BENCH_DATABASE_URL; not "${process.env.BENCH_YARDSTICKS}"`)
+  }
+  return { seconds: positive('BENCH_SECONDS', 10), rounds: positive('BENCH_ROUNDS', 5), connections: positive('BENCH_CONNECTIONS', 64), only, soakSeconds, databaseUrl: POSTGRES_URL, instances, postgresYardsticks }
 }
 
 function checkTools (): void {
@@ -177,6 +226,7 @@ async function startServer (name: ServerName, args: string[], env: Record<string
   // A clean environment: nothing of npm's or tsx's (NODE_OPTIONS) reaches the servers.
   const child = track(spawn(command, rest, { cwd: ROOT, env: { PATH: process.env.PATH ?? '', ...env, PORT: String(port) }, stdio: ['ignore', 'pipe', 'pipe'] }))
   const server: Server = { name, child, pid: child.pid ?? 0, port, output: capture(child) }
+  started.push(server)
   child.once('exit', (code, signal) => { server.exit = signal ?? `code ${code}` })
   await waitHealthy(server)
   return server
@@ -215,11 +265,11 @@ function seedFile (path: string): void {
   db.close()
 }
 
-async function startYardstick (name: YardstickName, script: string, token: string, dir: string): Promise<Server> {
-  const reads = name === 'get' || name === 'list'
-  const databasePath = name === 'ceiling' ? '' : join(dir, reads ? 'seeded.db' : 'durable.db')
+/** `database`: the directory of the SQLite yardsticks' files, or the postgres yardstick's URL. */
+async function startYardstick (name: YardstickName, script: string, token: string, database: string): Promise<Server> {
   const env: Record<string, string> = { HOST: '127.0.0.1', YARDSTICK: name, YARDSTICK_TOKEN: token }
-  if (databasePath !== '') env.DATABASE_PATH = databasePath
+  if (name === 'postgres' || name === 'postgres-js') env.DATABASE_URL = database
+  else if (name !== 'ceiling') env.DATABASE_PATH = join(database, name === 'durable' ? 'durable.db' : 'seeded.db')
   return await startServer(name, [script], env)
 }
 
@@ -352,6 +402,30 @@ function wrk (port: number, script: string, seconds: number, connections: number
   })
 }
 
+/**
+ * wrk on every server of a contender at once, the connections shared out among them. Counts are
+ * summed; the duration is the runs' mean (they differ by milliseconds), p50 the mean of theirs
+ * weighted by requests, p99 the higher.
+ */
+async function wrkAll (servers: Server[], script: string, seconds: number, connections: number): Promise<WrkStats> {
+  const each = await Promise.all(servers.map(server => wrk(server.port, script, seconds, Math.max(1, Math.floor(connections / servers.length)))))
+  if (each.length === 1) return each[0]
+  const sum = (key: 'requests' | 'non2xx' | 'connect' | 'read' | 'write' | 'timeout'): number => each.reduce((n, stats) => n + stats[key], 0)
+  const requests = sum('requests')
+  return {
+    requests,
+    durationUs: each.reduce((n, stats) => n + stats.durationUs, 0) / each.length,
+    p50Us: each.reduce((n, stats) => n + stats.p50Us * stats.requests, 0) / Math.max(1, requests),
+    p99Us: Math.max(...each.map(stats => stats.p99Us)),
+    non2xx: sum('non2xx'),
+    connect: sum('connect'),
+    read: sum('read'),
+    write: sum('write'),
+    timeout: sum('timeout'),
+    sample: each.find(stats => stats.sample !== undefined)?.sample
+  }
+}
+
 /** Successful answers a second: a 503 or a timeout is not throughput. */
 function perSecond (stats: WrkStats): number {
   return Math.round((stats.requests - stats.non2xx) / (stats.durationUs / 1e6))
@@ -396,40 +470,62 @@ function resetPeak (pid: number): boolean {
   }
 }
 
-/** CPU `cpu`'s tick counters from /proc/stat: [total, steal]. */
-function cpuTicks (cpu: number): [number, number] {
-  const line = readFileSync('/proc/stat', 'utf8').split('\n').find(l => l.startsWith(`cpu${cpu} `))
+/** The servers' CPU's tick counters from /proc/stat (all CPUs' when nothing is pinned): [total, steal]. */
+function cpuTicks (): [number, number] {
+  const line = readFileSync('/proc/stat', 'utf8').split('\n').find(l => l.startsWith(`cpu${PINNED ? 0 : ''} `))
   const fields = (line ?? '').trim().split(/\s+/).slice(1, 9).map(Number) // user nice system idle iowait irq softirq steal
   return [fields.reduce((sum, n) => sum + n, 0), fields[7] ?? Number.NaN]
 }
 
-/** Samples VmRSS now and every `everyMs`; the returned function stops and gives the series. */
-function sampleRss (pid: number, everyMs: number): () => number[] {
-  const series = [statusMiB(pid, 'VmRSS')]
-  const timer = setInterval(() => series.push(statusMiB(pid, 'VmRSS')), everyMs)
-  return () => {
-    clearInterval(timer)
-    return [...series, statusMiB(pid, 'VmRSS')]
+const CLOCK_TICKS = Number(spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).stdout?.trim() ?? '') || 100
+
+/** A process's CPU time so far, user + system, in µs (from /proc/PID/stat: utime and stime, the 12th and 13th fields after the name). */
+function cpuUsOf (pid: number): number {
+  try {
+    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').replace(/^.*\) /s, '').split(' ')
+    return (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS * 1e6
+  } catch {
+    return Number.NaN
   }
 }
 
-async function measure (server: Server, scenario: ScenarioName, round: number, turn: number, script: string, options: Options): Promise<Row> {
-  const what = `${SCENARIOS[scenario].label} on the ${server.name === 'service' ? 'service' : YARDSTICKS[server.name]}, round ${round}`
+/** Samples the processes' VmRSS, summed, now and every `everyMs`; the returned function stops and gives the series. */
+function sampleRss (pids: number[], everyMs: number): () => number[] {
+  const total = (): number => Math.round(pids.reduce((sum, pid) => sum + statusMiB(pid, 'VmRSS'), 0) * 10) / 10
+  const series = [total()]
+  const timer = setInterval(() => series.push(total()), everyMs)
+  return () => {
+    clearInterval(timer)
+    return [...series, total()]
+  }
+}
+
+function labelOf (scenario: ScenarioName, instances: number, options: Options): string {
+  return options.databaseUrl === undefined ? SCENARIOS[scenario].label : `${SCENARIOS[scenario].label}, ${instances === 1 ? 'one instance' : `${instances} instances`}`
+}
+
+async function measure (contender: Contender, scenario: ScenarioName, instances: number, round: number, turn: number, script: string, options: Options): Promise<Row> {
+  const { name, servers } = contender
+  const label = labelOf(scenario, instances, options)
+  const what = `${label} on the ${name === 'service' ? 'service' : YARDSTICKS[name]}, round ${round}`
   process.stderr.write(`${what}: ${WARMUP_SECONDS} s warm-up, ${options.seconds} s measured\n`)
-  const scoped = resetPeak(server.pid)
-  const warmUp = check(await wrk(server.port, script, WARMUP_SECONDS, options.connections), `${what} (warm-up)`)
-  const stop = sampleRss(server.pid, 1000)
-  const ticksBefore = cpuTicks(0)
-  const stats = check(await wrk(server.port, script, options.seconds, options.connections), what)
+  const scoped = servers.map(server => resetPeak(server.pid)).every(Boolean)
+  const warmUp = check(await wrkAll(servers, script, WARMUP_SECONDS, options.connections), `${what} (warm-up)`)
+  const stop = sampleRss(servers.map(server => server.pid), 1000)
+  const ticksBefore = cpuTicks()
+  const cpuBefore = servers.reduce((sum, server) => sum + cpuUsOf(server.pid), 0)
+  const stats = check(await wrkAll(servers, script, options.seconds, options.connections), what)
+  const cpuUsed = servers.reduce((sum, server) => sum + cpuUsOf(server.pid), 0) - cpuBefore
   const series = stop()
-  const ticksAfter = cpuTicks(0)
+  const ticksAfter = cpuTicks()
   const stealPercent = Math.round((ticksAfter[1] - ticksBefore[1]) / (ticksAfter[0] - ticksBefore[0]) * 1000) / 10
   return {
     scenario,
+    instances,
     round,
     turn,
-    label: SCENARIOS[scenario].label,
-    server: server.name,
+    label,
+    server: name,
     requests: stats.requests,
     requestsPerSecond: perSecond(stats),
     errors: errorsOf(stats),
@@ -437,9 +533,10 @@ async function measure (server: Server, scenario: ScenarioName, round: number, t
     errorDetail: errorsOf(stats) + errorsOf(warmUp) > 0 ? `measured: ${describeErrors(stats)}; warm-up: ${describeErrors(warmUp)}` : undefined,
     p50Ms: stats.p50Us / 1000,
     p99Ms: stats.p99Us / 1000,
+    cpuUsPerRequest: Math.round(cpuUsed / Math.max(1, stats.requests - stats.non2xx) * 10) / 10,
     rssStartMiB: series[0],
     rssEndMiB: series[series.length - 1],
-    peakRssMiB: statusMiB(server.pid, 'VmHWM'),
+    peakRssMiB: Math.max(...servers.map(server => statusMiB(server.pid, 'VmHWM'))),
     peakRssScope: scoped ? 'scenario' : 'process lifetime',
     rssSeriesMiB: series,
     stealPercent
@@ -454,39 +551,57 @@ function median (values: number[]): number {
 
 const round3 = (n: number): number => Math.round(n * 1000) / 1000
 
-/** A comparison: the service against one yardstick in one scenario, e.g. 'post/ceiling'. */
-interface Comparison { key: string, scenario: ScenarioName, yardstick: YardstickName, rounds: number[], median: number, target: number, met: boolean }
+/** A comparison: the service against one yardstick in one scenario, e.g. 'post/ceiling', on so many instances of each. */
+interface Comparison {
+  key: string
+  scenario: ScenarioName
+  instances: number
+  yardstick: YardstickName
+  rounds: number[]
+  median: number
+  /** The median of the rounds' CPU per request, the service's over the yardstick's. */
+  cpuPerRequest: number
+  target?: number
+  met?: boolean
+}
 
 /** The service's throughput over the yardstick's in one round of a scenario. */
-function roundRatio (rows: Row[], scenario: ScenarioName, yardstick: YardstickName, round: number): number | undefined {
+function roundRatio (rows: Row[], scenario: ScenarioName, instances: number, yardstick: YardstickName, round: number): number | undefined {
   const of = (server: ServerName): number | undefined =>
-    rows.find(r => r.scenario === scenario && r.server === server && r.round === round)?.requestsPerSecond
+    rows.find(r => r.scenario === scenario && r.instances === instances && r.server === server && r.round === round)?.requestsPerSecond
   const [service, other] = [of('service'), of(yardstick)]
   return service === undefined || other === undefined ? undefined : round3(service / other)
 }
 
 function comparisons (rows: Row[], options: Options): Comparison[] {
-  return options.only.flatMap(scenario => SCENARIOS[scenario].yardsticks.map(yardstick => {
-    const rounds = Array.from({ length: options.rounds }, (_, i) => roundRatio(rows, scenario, yardstick, i + 1))
+  return options.instances.flatMap(instances => options.only.flatMap(scenario => yardsticksOf(scenario, options).map(yardstick => {
+    const rounds = Array.from({ length: options.rounds }, (_, i) => roundRatio(rows, scenario, instances, yardstick, i + 1))
       .filter((ratio): ratio is number => ratio !== undefined)
     const key = `${scenario}/${yardstick}`
     const value = round3(median(rounds))
-    return { key, scenario, yardstick, rounds, median: value, target: TARGETS.ratio[key], met: value >= TARGETS.ratio[key] }
-  }))
+    const target = TARGETS.ratio[key]
+    const cpuOf = (server: ServerName, round: number): number | undefined =>
+      rows.find(r => r.scenario === scenario && r.instances === instances && r.server === server && r.round === round)?.cpuUsPerRequest
+    const cpu = Array.from({ length: options.rounds }, (_, i) => (cpuOf('service', i + 1) ?? Number.NaN) / (cpuOf(yardstick, i + 1) ?? Number.NaN)).filter(Number.isFinite)
+    return { key, scenario, instances, yardstick, rounds, median: value, cpuPerRequest: round3(median(cpu)), target, met: target === undefined ? undefined : value >= target }
+  })))
 }
 
+interface Limits { scenario: ScenarioName, instances: number, p99Ms: { median: number, max: number, met: boolean }, peakRssMiB: { median: number, max: number, met: boolean } }
+
 /** Per scenario: the service's p99 and peak RSS, medians over the rounds (and the worst round), against the targets. */
-function serviceLimits (rows: Row[], options: Options): Array<{ scenario: ScenarioName, p99Ms: { median: number, max: number, met: boolean }, peakRssMiB: { median: number, max: number, met: boolean } }> {
-  return options.only.map(scenario => {
-    const service = rows.filter(r => r.scenario === scenario && r.server === 'service')
+function serviceLimits (rows: Row[], options: Options): Limits[] {
+  return options.instances.flatMap(instances => options.only.map(scenario => {
+    const service = rows.filter(r => r.scenario === scenario && r.instances === instances && r.server === 'service')
     const p99 = service.map(r => r.p99Ms)
     const peak = service.map(r => r.peakRssMiB)
     return {
       scenario,
+      instances,
       p99Ms: { median: median(p99), max: Math.max(...p99), met: median(p99) <= TARGETS.p99Ms },
       peakRssMiB: { median: median(peak), max: Math.max(...peak), met: median(peak) <= TARGETS.peakRssMiB }
     }
-  })
+  }))
 }
 
 const met = (yes: boolean): string => yes ? 'met' : '**not met**'
@@ -495,18 +610,19 @@ function markdown (header: string[], cells: string[][]): string {
   return [header, header.map(() => '---'), ...cells].map(c => `| ${c.join(' | ')} |`).join('\n')
 }
 
-function printTables (rows: Row[], compared: Comparison[], limits: ReturnType<typeof serviceLimits>): void {
-  const ratioOf = (r: Row): string => r.server === 'service' ? '' : (roundRatio(rows, r.scenario, r.server, r.round)?.toFixed(3) ?? '')
+function printTables (rows: Row[], compared: Comparison[], limits: Limits[], options: Options): void {
+  const ratioOf = (r: Row): string => r.server === 'service' ? '' : (roundRatio(rows, r.scenario, r.instances, r.server, r.round)?.toFixed(3) ?? '')
   console.log(markdown(
-    ['scenario', 'round', 'turn', 'server', 'req/s', 'errors (warm-up)', 'p50 ms', 'p99 ms', 'RSS start→end MiB', 'peak RSS MiB', 'CPU 0 steal %', 'service / this'],
+    ['scenario', 'round', 'turn', 'server', 'req/s', 'errors (warm-up)', 'p50 ms', 'p99 ms', 'CPU µs/req', 'RSS start→end MiB', 'peak RSS MiB', PINNED ? 'CPU 0 steal %' : 'steal %', 'service / this'],
     rows.map(r => [r.label, String(r.round), String(r.turn), r.server === 'service' ? 'service' : YARDSTICKS[r.server], String(r.requestsPerSecond), `${r.errors} (${r.warmUpErrors})`,
-      r.p50Ms.toFixed(2), r.p99Ms.toFixed(2), `${r.rssStartMiB.toFixed(1)} → ${r.rssEndMiB.toFixed(1)}`, r.peakRssMiB.toFixed(1), r.stealPercent.toFixed(1), ratioOf(r)])))
+      r.p50Ms.toFixed(2), r.p99Ms.toFixed(2), r.cpuUsPerRequest.toFixed(1), `${r.rssStartMiB.toFixed(1)} → ${r.rssEndMiB.toFixed(1)}`, r.peakRssMiB.toFixed(1), r.stealPercent.toFixed(1), ratioOf(r)])))
   console.log('')
-  console.log(markdown(['the service against', 'ratio per round', 'median', 'target', ''],
-    compared.map(c => [`${SCENARIOS[c.scenario].label} vs ${YARDSTICKS[c.yardstick]}`, c.rounds.map(n => n.toFixed(3)).join(', '), `**${c.median.toFixed(3)}**`, `≥ ${c.target}`, met(c.met)])))
+  console.log(markdown(['the service against', 'ratio per round', 'median', 'target', '', 'CPU per request: service ÷ this (median)'],
+    compared.map(c => [`${labelOf(c.scenario, c.instances, options)} vs ${YARDSTICKS[c.yardstick]}`, c.rounds.map(n => n.toFixed(3)).join(', '), `**${c.median.toFixed(3)}**`,
+      c.target === undefined ? '—' : `≥ ${c.target}`, c.met === undefined ? '' : met(c.met), c.cpuPerRequest.toFixed(2)])))
   console.log('')
   console.log(markdown(['service', 'p99 ms: median (worst round)', `target ≤ ${TARGETS.p99Ms}`, 'peak RSS MiB: median (worst round)', `target ≤ ${TARGETS.peakRssMiB}`],
-    limits.map(l => [SCENARIOS[l.scenario].label, `${l.p99Ms.median.toFixed(2)} (${l.p99Ms.max.toFixed(2)})`, met(l.p99Ms.met),
+    limits.map(l => [labelOf(l.scenario, l.instances, options), `${l.p99Ms.median.toFixed(2)} (${l.p99Ms.max.toFixed(2)})`, met(l.p99Ms.met),
       `${l.peakRssMiB.median.toFixed(1)} (${l.peakRssMiB.max.toFixed(1)})`, met(l.peakRssMiB.met)])))
 }
 
@@ -521,7 +637,7 @@ function growthVerdict (series: number[]): { grew: boolean | undefined, text: st
 
 async function soak (service: Server, script: string, seconds: number, options: Options): Promise<object> {
   process.stderr.write(`soak: POST /plants on the service for ${seconds} s\n`)
-  const stop = sampleRss(service.pid, 5000)
+  const stop = sampleRss([service.pid], 5000)
   const stats = check(await wrk(service.port, script, seconds, options.connections), 'soak POST /plants on the service')
   const series = stop()
   const verdict = growthVerdict(series)
@@ -543,24 +659,30 @@ function context (): Record<string, unknown> {
   }
 }
 
-function notes (options: Options, started: Record<string, unknown>): string[] {
+function notes (options: Options, machine: Record<string, unknown>): string[] {
+  const postgres = options.databaseUrl !== undefined
   return [
-    `Note: the service ran as npm start does (node ${SERVICE_ARGUMENTS.join(' ')}), with LOG_LEVEL=${LOG_LEVEL} and RATE_LIMIT_PER_MINUTE=0, on a fresh SQLite file.`,
+    `Note: the service ran as npm start does (node ${SERVICE_ARGUMENTS.join(' ')}), with LOG_LEVEL=${LOG_LEVEL} and RATE_LIMIT_PER_MINUTE=0, ` +
+      (postgres ? `on PostgreSQL: a fresh schema per scenario and instance count, holding ${SEED_COUNT} seeded plants.` : 'on a fresh SQLite file.'),
     `Note: wrk -t1 -c${options.connections} --timeout ${WRK_TIMEOUT_SECONDS}s; ${options.rounds} rounds per scenario, the servers' turns rotated each round; ` +
       `${WARMUP_SECONDS} s warm-up then ${options.seconds} s measured per server and round; ` +
-      (PINNED ? 'servers pinned to CPU 0, wrk to CPU 1.' : 'one CPU: nothing pinned.'),
-    `Note: the yardsticks run as plain JS compiled from scripts/yardsticks.ts; GET scenarios read ${SEED_COUNT} seeded plants ` +
-      '(the service its own, over HTTP; the readers a file the bench wrote alike).',
-    `Note: commit ${String(started.commit)}${started.uncommittedChanges === true ? ' with uncommitted changes' : ''}; ` +
-      `load average at the start ${(started.loadAverageAtStart as number[]).join(', ')}, at the end ${loadavg().map(n => n.toFixed(2)).join(', ')} ` +
+      (PINNED ? 'servers pinned to CPU 0, wrk to CPU 1.' : postgres ? 'nothing pinned (PostgreSQL shares the cores).' : 'one CPU: nothing pinned.'),
+    postgres
+      ? 'Note: the yardstick runs as plain JS compiled from scripts/yardsticks.ts (YARDSTICK=postgres) on the same schema as the service; with N instances, ' +
+        'N processes of each are driven at once by N wrk processes with 1/N of the connections each: req/s summed, p50 weighted by requests, p99 the higher, RSS summed, peak RSS per process.'
+      : `Note: the yardsticks run as plain JS compiled from scripts/yardsticks.ts; GET scenarios read ${SEED_COUNT} seeded plants ` +
+        '(the service its own, over HTTP; the readers a file the bench wrote alike).',
+    `Note: commit ${String(machine.commit)}${machine.uncommittedChanges === true ? ' with uncommitted changes' : ''}; ` +
+      `load average at the start ${(machine.loadAverageAtStart as number[]).join(', ')}, at the end ${loadavg().map(n => n.toFixed(2)).join(', ')} ` +
       '(other work on the machine adds noise).'
   ]
 }
 
-function serviceProblems (service: Server | undefined): string[] {
-  if (service === undefined) return []
-  const lines = linesOf(service.output)
-  return lines.length === 0 ? [] : [`Service wrote ${lines.length} log line(s) at ${LOG_LEVEL} or above; the first:`, ...lines.slice(0, 10)]
+function serviceProblems (): string[] {
+  return started.filter(server => server.name === 'service').flatMap(service => {
+    const lines = linesOf(service.output)
+    return lines.length === 0 ? [] : [`Service wrote ${lines.length} log line(s) at ${LOG_LEVEL} or above; the first:`, ...lines.slice(0, 10)]
+  })
 }
 
 async function stop (child: ChildProcess): Promise<void> {
@@ -575,6 +697,7 @@ async function stop (child: ChildProcess): Promise<void> {
 async function cleanUp (): Promise<void> {
   await Promise.all([...children].map(stop))
   for (const dir of tempDirs.splice(0)) rmSync(dir, { recursive: true, force: true })
+  for (const drop of schemaDrops.splice(0)) await drop()
 }
 
 /** The round's servers in turn: the list rotated by one each round. */
@@ -588,36 +711,120 @@ function errorNotes (rows: Row[]): string[] {
     `Errors: ${r.label}, round ${r.round}, ${r.server === 'service' ? 'service' : YARDSTICKS[r.server]}: ${r.errorDetail ?? ''}`)
 }
 
-async function run (options: Options, servers: Partial<Record<ServerName, Server>>): Promise<{ errors: string[], [key: string]: unknown }> {
+/** A scenario's rounds: in each, the contenders take turns in the rotated order. */
+async function rounds (scenario: ScenarioName, instances: number, contenders: Contender[], lua: string, options: Options): Promise<Row[]> {
+  const rows: Row[] = []
+  for (let round = 1; round <= options.rounds; round++) {
+    for (const [turn, contender] of turns(contenders, round).entries()) rows.push(await measure(contender, scenario, instances, round, turn + 1, lua, options))
+  }
+  return rows
+}
+
+async function runSqlite (options: Options): Promise<{ rows: Row[], service: Server, dir: string, token: string }> {
   const dir = tempDir()
   const databaseUrl = join(dir, 'plantstore.db')
   const token = createToken(databaseUrl)
   const script = compileYardsticks()
   const reads = options.only.some(s => s !== 'post')
   if (reads) seedFile(join(dir, 'seeded.db'))
-  for (const name of new Set(options.only.flatMap(s => SCENARIOS[s].yardsticks))) servers[name] = await startYardstick(name, script, token, dir)
-  const service = servers.service = await startService(databaseUrl)
+  const yardsticks = new Map<YardstickName, Server>()
+  for (const name of new Set(options.only.flatMap(s => SCENARIOS[s].yardsticks))) yardsticks.set(name, await startYardstick(name, script, token, dir))
+  const service = await startService(databaseUrl)
   if (reads) await seed(service.port, token)
   const rows: Row[] = []
   for (const scenario of options.only) {
-    const lua = writeLua(dir, scenario, token)
-    const contenders = [...SCENARIOS[scenario].yardsticks.map(name => servers[name] as Server), service]
-    for (let round = 1; round <= options.rounds; round++) {
-      for (const [turn, server] of turns(contenders, round).entries()) rows.push(await measure(server, scenario, round, turn + 1, lua, options))
+    const contenders = [...SCENARIOS[scenario].yardsticks.map(name => ({ name, servers: [yardsticks.get(name) as Server] })), { name: 'service' as const, servers: [service] }]
+    rows.push(...await rounds(scenario, 1, contenders, writeLua(dir, scenario, token), options))
+  }
+  return { rows, service, dir, token }
+}
+
+/** Drops of the schemas made, run at clean-up if a scenario did not drop its own. */
+const schemaDrops: Array<() => Promise<void>> = []
+
+async function adminQuery (url: string, sql: string): Promise<void> {
+  const client = new pg.Client({ connectionString: url })
+  await client.connect()
+  try {
+    await client.query(sql)
+  } finally {
+    await client.end()
+  }
+}
+
+/**
+ * A new schema in the database of `url`, holding the service's tables (made by its own
+ * migrations, through the CLI, which also makes the bench's token) and the seeded plants.
+ * Returns the URL whose connections use it and the token.
+ */
+async function freshSchema (url: string): Promise<{ schemaUrl: string, token: string, drop: () => Promise<void> }> {
+  const schema = `bench_${Date.now().toString(36)}_${Math.floor(Math.random() * 1e6).toString(36)}`
+  await adminQuery(url, `CREATE SCHEMA ${schema}`)
+  let dropped = false
+  const drop = async (): Promise<void> => {
+    if (dropped) return
+    dropped = true
+    await adminQuery(url, `SET lock_timeout = '10s'; DROP SCHEMA ${schema} CASCADE`)
+  }
+  schemaDrops.push(drop)
+  const schemaUrl = `${url}${url.includes('?') ? '&' : '?'}options=${encodeURIComponent(`-c search_path=${schema}`)}`
+  const token = createToken(schemaUrl)
+  await adminQuery(url, `INSERT INTO ${schema}.plants (id, name, tag) SELECT i, 'Seed ' || i, 'seed' FROM generate_series(1, ${SEED_COUNT}) AS i; ANALYZE ${schema}.plants`)
+  return { schemaUrl, token, drop }
+}
+
+/** Each instance count and scenario on a fresh schema: N service processes against N yardstick processes. */
+async function runPostgres (options: Options & { databaseUrl: string }): Promise<Row[]> {
+  const dir = tempDir()
+  const script = compileYardsticks()
+  const rows: Row[] = []
+  for (const instances of options.instances) {
+    for (const scenario of options.only) {
+      const { schemaUrl, token, drop } = await freshSchema(options.databaseUrl)
+      const servers: Server[] = []
+      try {
+        const many = async (start: () => Promise<Server>): Promise<Server[]> => {
+          const list: Server[] = []
+          for (let i = 0; i < instances; i++) list.push(await start())
+          servers.push(...list)
+          return list
+        }
+        const contenders: Contender[] = []
+        for (const name of options.postgresYardsticks) contenders.push({ name, servers: await many(async () => await startYardstick(name, script, token, schemaUrl)) })
+        contenders.push({ name: 'service', servers: await many(async () => await startService(schemaUrl)) })
+        rows.push(...await rounds(scenario, instances, contenders, writeLua(dir, scenario, token), options))
+      } finally {
+        await Promise.all(servers.map(server => stop(server.child)))
+        await drop()
+      }
     }
+  }
+  return rows
+}
+
+async function run (options: Options): Promise<{ errors: string[], [key: string]: unknown }> {
+  let rows: Row[]
+  let soaked: object | undefined
+  if (options.databaseUrl !== undefined) {
+    rows = await runPostgres({ ...options, databaseUrl: options.databaseUrl })
+  } else {
+    const sqlite = await runSqlite(options)
+    rows = sqlite.rows
+    const compared = comparisons(rows, options)
+    printTables(rows, compared, serviceLimits(rows, options), options)
+    soaked = options.soakSeconds > 0 ? await soak(sqlite.service, writeLua(sqlite.dir, 'post', sqlite.token), options.soakSeconds, options) : undefined
+    return { rows, comparisons: compared, service: serviceLimits(rows, options), targets: TARGETS, soak: soaked, errors: errorNotes(rows) }
   }
   const compared = comparisons(rows, options)
   const limits = serviceLimits(rows, options)
-  printTables(rows, compared, limits)
-  const soaked = options.soakSeconds > 0 ? await soak(service, writeLua(dir, 'post', token), options.soakSeconds, options) : undefined
-  return { rows, comparisons: compared, service: limits, targets: TARGETS, soak: soaked, errors: errorNotes(rows) }
+  printTables(rows, compared, limits, options)
+  return { rows, comparisons: compared, service: limits, targets: TARGETS, errors: errorNotes(rows) }
 }
 
 async function main (): Promise<void> {
   const options = readOptions()
   checkTools()
-  const started = context()
-  const servers: Partial<Record<ServerName, Server>> = {}
+  const machine = context()
   let interrupted = false
   process.once('SIGINT', () => {
     interrupted = true
@@ -625,24 +832,26 @@ async function main (): Promise<void> {
     cleanUp().finally(() => process.exit(130))
   })
   try {
-    const results = await run(options, servers)
-    const extra = [...notes(options, started), ...results.errors, ...serviceProblems(servers.service)]
+    const results = await run(options)
+    const extra = [...notes(options, machine), ...results.errors, ...serviceProblems()]
     console.log('\n' + extra.join('\n'))
-    const settings = { ...options, warmupSeconds: WARMUP_SECONDS, threads: 1, pinned: PINNED, logLevel: LOG_LEVEL, seeded: SEED_COUNT }
+    const settings = { ...options, databaseUrl: options.databaseUrl === undefined ? undefined : 'set', warmupSeconds: WARMUP_SECONDS, threads: 1, pinned: PINNED, logLevel: LOG_LEVEL, seeded: SEED_COUNT }
     const ended = { loadAverageAtEnd: loadavg().map(n => Math.round(n * 100) / 100) }
-    writeFileSync('bench-results.json', JSON.stringify({ date: new Date().toISOString(), ...started, ...ended, settings, ...results, notes: extra }, null, 2) + '\n')
+    writeFileSync('bench-results.json', JSON.stringify({ date: new Date().toISOString(), ...machine, ...ended, settings, ...results, notes: extra }, null, 2) + '\n')
     console.log('Results written to bench-results.json')
   } catch (error) {
     if (interrupted) return
     process.exitCode = 1
     console.error(`bench failed: ${(error as Error).message}`)
-    console.error(serviceProblems(servers.service).join('\n'))
-    for (const server of Object.values(servers)) {
-      if (server.exit !== undefined) console.error(`The ${server.name} server had exited (${server.exit}):\n${linesOf(server.output).slice(-20).join('\n')}`)
+    console.error(serviceProblems().join('\n'))
+    for (const server of started) {
+      if (server.exit !== undefined && server.exit !== 'code 0') console.error(`The ${server.name} server had exited (${server.exit}):\n${linesOf(server.output).slice(-20).join('\n')}`)
     }
   } finally {
     await cleanUp()
-    if (servers.service?.exit !== undefined && servers.service.exit !== 'code 0') console.error(`The service stopped with ${servers.service.exit}, not code 0.`)
+    for (const service of started.filter(server => server.name === 'service')) {
+      if (service.exit !== undefined && service.exit !== 'code 0') console.error(`The service stopped with ${service.exit}, not code 0.`)
+    }
   }
 }
 

@@ -5,12 +5,15 @@
 // "idle" is time the event loop waited, and a stage includes time the thread was preempted in it.
 // Other threads (the SQLite writer, where there is one) are reported as their busy time per request.
 // Usage: npm run build && node --import tsx scripts/profile-stages.ts [post|get|list] [SECONDS]
+// With BENCH_DATABASE_URL=postgres://… the service runs on PostgreSQL, in a schema of its own
+// made for the run (1000 plants seeded for the reads) and dropped after it.
 import { spawn, spawnSync } from 'node:child_process'
 import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { connect, createServer } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
+import pg from 'pg'
 
 interface CallFrame { functionName: string, url: string }
 interface Profile { nodes: Array<{ id: number, callFrame: CallFrame, children?: number[] }>, startTime: number, samples: number[], timeDeltas: number[] }
@@ -22,7 +25,8 @@ const STAGES: Array<[string, (f: CallFrame) => boolean]> = [
   ['idle (event loop waiting)', f => f.functionName === '(idle)'],
   ['garbage collection', f => f.functionName === '(garbage collector)'],
   ['store: hand-over to the writer thread', f => f.functionName === 'postMessage'],
-  ['store: queries, results, bookkeeping', f => /store\/sqlite[^/]*\.js|better-sqlite3/.test(f.url)],
+  ['store: pg driver (protocol, pool, rows)', f => /node_modules\/(pg|pg-[a-z]+|postgres-[a-z]+)\//.test(f.url)],
+  ['store: queries, results, bookkeeping', f => /store\/(sqlite|postgres)[^/]*\.js|better-sqlite3/.test(f.url)],
   ['auth (token check)', f => /dist\/(auth|token-cache|tokens)\.js/.test(f.url)],
   ['edge checks, rate limit', f => /dist\/(edge|rate-limit)\.js/.test(f.url)],
   ['body: JSON reading', f => /dist\/json\.js/.test(f.url)],
@@ -94,16 +98,34 @@ function pinned (cpu: number, command: string[]): string[] {
   return spawnSync('taskset', ['-c', String(cpu), 'true']).status === 0 ? ['taskset', '-c', String(cpu), ...command] : command
 }
 
+async function postgresQuery (url: string, sql: string): Promise<void> {
+  const client = new pg.Client({ connectionString: url })
+  await client.connect()
+  try {
+    await client.query(sql)
+  } finally {
+    await client.end()
+  }
+}
+
 async function main (): Promise<void> {
   const scenario = process.argv[2] ?? 'post'
   const seconds = Number(process.argv[3] ?? 8)
   if (LUA[scenario] === undefined) throw new Error('scenario: post, get or list')
   const dir = mkdtempSync(join(tmpdir(), 'plantstore-profile-'))
+  const postgresUrl = process.env.BENCH_DATABASE_URL
+  const schema = `profile_${process.pid}`
+  if (postgresUrl !== undefined) await postgresQuery(postgresUrl, `CREATE SCHEMA ${schema}`)
   try {
     const port = await freePort()
-    const env = { ...process.env, DATABASE_URL: join(dir, 'plantstore.db'), PORT: String(port), LOG_LEVEL: 'warn', RATE_LIMIT_PER_MINUTE: '0' }
+    const databaseUrl = postgresUrl === undefined
+      ? join(dir, 'plantstore.db')
+      : `${postgresUrl}${postgresUrl.includes('?') ? '&' : '?'}options=${encodeURIComponent(`-c search_path=${schema}`)}`
+    const env = { ...process.env, DATABASE_URL: databaseUrl, PORT: String(port), LOG_LEVEL: 'warn', RATE_LIMIT_PER_MINUTE: '0' }
     const token = spawnSync(process.execPath, ['dist/cli/main.js', 'tokens', 'create', '--name', 'profile'], { cwd: ROOT, env, encoding: 'utf8' }).stdout.trim()
-    if (scenario !== 'post') {
+    if (postgresUrl !== undefined && scenario !== 'post') {
+      await postgresQuery(postgresUrl, `INSERT INTO ${schema}.plants (id, name, tag) SELECT i, 'Plant ' || i, 'bench' FROM generate_series(1, 1000) AS i`)
+    } else if (scenario !== 'post') {
       const seed = spawnSync(process.execPath, ['-e', `const D=require('better-sqlite3');const d=new D(${JSON.stringify(env.DATABASE_URL)});const s=d.prepare('INSERT INTO plants (id,name,tag) VALUES (?,?,?)');d.transaction(()=>{for(let i=1;i<=1000;i++)s.run(i,'Plant '+i,'bench')})();d.close()`], { cwd: ROOT })
       if (seed.status !== 0) throw new Error(String(seed.stderr))
     }
@@ -133,6 +155,7 @@ async function main (): Promise<void> {
     }
   } finally {
     rmSync(dir, { recursive: true, force: true })
+    if (postgresUrl !== undefined) await postgresQuery(postgresUrl, `DROP SCHEMA ${schema} CASCADE`)
   }
 }
 

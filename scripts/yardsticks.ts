@@ -14,6 +14,14 @@
 //   list     GET /plants?limit=N (1 to 1000): the page query on the main thread, N + 1 rows as
 //            the service reads them to know whether more remain, answered as a JSON array of
 //            N records and, when more remain, the Link header to the next page.
+//   postgres all three routes on PostgreSQL (DATABASE_URL), with the service's client and pool
+//            size (pg, 10 connections) and the store's statements (src/store/postgres.ts):
+//            POST as the ceiling, then the insert ON CONFLICT DO NOTHING and, when it inserted
+//            nothing, the read by id that tells the same plant (200) from another (409); GET
+//            the read by id; the page the first-page query with limit + 1. Rows come as arrays
+//            with int8 as pg's text, written into the JSON as they are: exact, and no BigInt.
+//   postgres-js  the same with postgres.js (max 10, its prepared statements and pipelining)
+//            in place of pg: what the service could gain by switching clients (issue 13).
 // All answer GET /healthz (for the bench to wait on) without a token. None does the hardening
 // the service owes (duplicate keys, nesting depth, lone surrogates and invalid UTF-8, charsets,
 // rate limits, scopes, timeouts, caps on in-flight work, logging) nor any other route. The
@@ -21,13 +29,15 @@
 // beyond would need the service's bigint path. The int64 digits path for POST covers the
 // top-level "id" only as the first "id" key of the text, which is enough for the bench's bodies.
 import Database from 'better-sqlite3'
+import pg from 'pg'
+import postgresJs from 'postgres'
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http'
 
 const BODY_LIMIT = 64 * 1024
 const INT64 = [-(2n ** 63n), 2n ** 63n - 1n]
 const mode = process.env.YARDSTICK ?? ''
 const token = process.env.YARDSTICK_TOKEN ?? ''
-const database = process.env.DATABASE_PATH ?? ''
+const database = process.env.DATABASE_PATH ?? process.env.DATABASE_URL ?? ''
 // The bench knows the one token in advance, so the cheapest check the contract allows is to
 // compare the whole header with one string. The service must look tokens up and compare in
 // constant time because its secrets are real; a ceiling pays for neither.
@@ -171,9 +181,82 @@ function list (): Handler {
   }
 }
 
-const handlers = { ceiling, durable, get, list }
+/** The store's statements, as src/store/postgres.ts sends them: ids as text, cast to int8. */
+const PG_SQL = {
+  insert: 'INSERT INTO plants (id, name, tag) VALUES ($1::int8, $2, $3) ON CONFLICT (id) DO NOTHING',
+  byId: 'SELECT id, name, tag FROM plants WHERE id = $1::int8',
+  first: 'SELECT id, name, tag FROM plants ORDER BY id LIMIT $1'
+}
+
+/** A record's JSON with the id's digits as PostgreSQL sent them. */
+function recordJson (id: string, name: string, tag: string | null): string {
+  return `{"id":${id},"name":${JSON.stringify(name)}${tag === null ? '' : `,"tag":${JSON.stringify(tag)}`}}`
+}
+
+type PgRow = [string, string, string | null]
+
+/** The store's three statements through one client; rows as arrays, int8 as text. */
+interface Statements {
+  /** True when it inserted. */
+  insert (id: string, name: string, tag: string | null): Promise<boolean>
+  byId (id: string): Promise<PgRow[]>
+  first (limit: number): Promise<PgRow[]>
+}
+
+function pgStatements (): Statements {
+  const pool = new pg.Pool({ connectionString: database, max: 10, idleTimeoutMillis: 30_000, application_name: 'plantstore-yardstick' })
+  pool.on('error', () => {})
+  return {
+    insert: async (id, name, tag) => (await pool.query(PG_SQL.insert, [id, name, tag])).rowCount === 1,
+    byId: async (id) => (await pool.query<PgRow>({ text: PG_SQL.byId, values: [id], rowMode: 'array' })).rows,
+    first: async (limit) => (await pool.query<PgRow>({ text: PG_SQL.first, values: [limit], rowMode: 'array' })).rows
+  }
+}
+
+function postgresJsStatements (): Statements {
+  const sql = postgresJs(database, { max: 10, idle_timeout: 30, connection: { application_name: 'plantstore-yardstick' }, onnotice: () => {} })
+  return {
+    insert: async (id, name, tag) => (await sql`INSERT INTO plants (id, name, tag) VALUES (${id}::int8, ${name}, ${tag}) ON CONFLICT (id) DO NOTHING`).count === 1,
+    byId: async (id) => await sql`SELECT id, name, tag FROM plants WHERE id = ${id}::int8`.values() as unknown as PgRow[],
+    first: async (limit) => await sql`SELECT id, name, tag FROM plants ORDER BY id LIMIT ${limit}`.values() as unknown as PgRow[]
+  }
+}
+
+function postgres (db: Statements): Handler {
+  const create = async (plant: NewPlant): Promise<boolean> => {
+    const tag = plant.tag ?? null
+    if (await db.insert(String(plant.id), plant.name, tag)) return true
+    const [row] = await db.byId(String(plant.id))
+    return row !== undefined && row[1] === plant.name && row[2] === tag
+  }
+  const unavailable = (response: ServerResponse) => () => fail(response, 503, 'The database did not answer; try again.')
+  return (request, response) => {
+    const url = request.url ?? ''
+    if (request.method === 'POST' && url === '/plants') {
+      return readPlant(request, response, plant => {
+        create(plant).then(same => same ? answerPlant(response, plant) : fail(response, 409, 'Another plant uses this id.'), unavailable(response))
+      })
+    }
+    const digits = request.method === 'GET' ? /^\/plants\/(-?\d{1,19})$/.exec(url)?.[1] : undefined
+    if (digits !== undefined) {
+      if (digits.length === 19 && (BigInt(digits) < INT64[0] || BigInt(digits) > INT64[1])) return fail(response, 404, 'There is no such plant.')
+      db.byId(digits).then(([row]) => row === undefined ? fail(response, 404, 'There is no such plant.') : send(response, 200, recordJson(...row)), unavailable(response))
+      return
+    }
+    const limit = Number(request.method === 'GET' ? /^\/plants\?limit=([1-9]\d{0,3})$/.exec(url)?.[1] ?? 0 : 0)
+    if (limit < 1 || limit > 1000) return fail(response, 404, 'There is no such route.')
+    db.first(limit + 1).then(rows => {
+      const more = rows.length > limit
+      if (more) rows.length = limit
+      const text = `[${rows.map(row => recordJson(...row)).join(',')}]`
+      send(response, 200, text, more ? { link: `</plants?limit=${limit}&after=${rows[limit - 1][0]}>; rel="next"` } : {})
+    }, unavailable(response))
+  }
+}
+
+const handlers = { ceiling, durable, get, list, postgres: () => postgres(pgStatements()), 'postgres-js': () => postgres(postgresJsStatements()) }
 if (!(mode in handlers) || token === '' || (mode !== 'ceiling' && database === '')) {
-  process.stderr.write('yardsticks: set YARDSTICK (ceiling, durable, get or list), YARDSTICK_TOKEN and, but for ceiling, DATABASE_PATH\n')
+  process.stderr.write('yardsticks: set YARDSTICK (ceiling, durable, get, list, postgres or postgres-js), YARDSTICK_TOKEN and, but for ceiling, DATABASE_PATH (postgres, postgres-js: DATABASE_URL)\n')
   process.exit(1)
 }
 const handle = handlers[mode as keyof typeof handlers]()

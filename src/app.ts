@@ -5,10 +5,15 @@ import pino, { type Logger } from 'pino'
 import { installAuth } from './auth.js'
 import type { Config } from './config.js'
 import { validatorCompiler } from './contract.js'
+import { corsFor } from './cors.js'
 import { installEdgeChecks } from './edge.js'
 import { ApiError, clientErrorHandler, frameworkErrorHandler, installErrorHandling } from './errors.js'
 import { JsonError, parseJson } from './json.js'
-import { rateLimiter } from './rate-limit.js'
+import { installRequestMetrics } from './metrics/http.js'
+import { createMetrics } from './metrics/metrics.js'
+import { instrumentStore } from './metrics/store.js'
+import { RateLimiter } from './rate-limit.js'
+import { docs } from './routes/docs.js'
 import { plants } from './routes/plants.js'
 import { system } from './routes/system.js'
 import type { Store } from './store/store.js'
@@ -19,7 +24,7 @@ export const BODY_LIMIT = 64 * 1024
 export const KEEP_ALIVE_TIMEOUT_MS = 72_000
 
 export interface AppOptions {
-  config: Pick<Config, 'logLevel' | 'rateLimitPerMinute' | 'requestTimeout'>
+  config: Pick<Config, 'logLevel' | 'rateLimitPerMinute' | 'requestTimeout'> & Partial<Pick<Config, 'corsOrigins'>>
   store: Store
   /** The service's logger; by default one at `config.logLevel` on stdout. */
   log?: Logger
@@ -37,7 +42,11 @@ function isUtf8Charset (contentType: string | undefined): boolean {
 }
 
 /** The whole service as a Fastify instance. It never listens: the caller decides where. */
-export async function buildApp ({ config, store, log = pino({ level: config.logLevel }) }: AppOptions): Promise<FastifyInstance> {
+export async function buildApp ({ config, store: bareStore, log = pino({ level: config.logLevel }) }: AppOptions): Promise<FastifyInstance> {
+  const metrics = createMetrics()
+  const store = instrumentStore(bareStore, metrics)
+  const cors = corsFor(config.corsOrigins ?? [])
+  const refuseBeforeRouting = frameworkErrorHandler(log)
   const app = Fastify({
     // Fastify's own logger stays off: given one, it listens for the end of every response, at any
     // level, a measurable share of a POST (docs/performance.md). Our logger writes the request lines.
@@ -56,7 +65,13 @@ export async function buildApp ({ config, store, log = pino({ level: config.logL
       requireHostHeader: false
     },
     clientErrorHandler: clientErrorHandler(log),
-    frameworkErrors: frameworkErrorHandler(log),
+    // A path that cannot be routed is answered before any hook runs: its CORS headers are added here.
+    frameworkErrors: cors === undefined
+      ? refuseBeforeRouting
+      : (error, request, reply) => {
+          cors.headers(request, reply)
+          refuseBeforeRouting(error, request, reply)
+        },
     // Requests still arriving while closing are served, not refused with Fastify's own body.
     return503OnClosing: false
   })
@@ -104,10 +119,16 @@ export async function buildApp ({ config, store, log = pino({ level: config.logL
     done(new ApiError('unsupportedMediaType'), undefined)
   })
 
+  installRequestMetrics(app, metrics)
+  // CORS before the checks: every answer after it, the edge checks' and auth's refusals included, carries its headers.
+  if (cors !== undefined) app.addHook('onRequest', cors.hook)
   installEdgeChecks(app, log)
-  const limiter = rateLimiter(config.rateLimitPerMinute)
-  installAuth(app, store, limiter === undefined ? [] : [limiter])
-  await app.register(system, { store })
+  // Counted for the whole service where the store is shared by instances; RATE_LIMIT_PER_MINUTE=0 turns it off.
+  const limiter = config.rateLimitPerMinute === 0 ? undefined : new RateLimiter({ perMinute: config.rateLimitPerMinute, shared: store.rateWindows, log })
+  if (limiter !== undefined) app.addHook('onClose', async () => limiter.close())
+  installAuth(app, store, limiter === undefined ? [] : [limiter.hook])
+  await app.register(system, { store, metrics: metrics.registry })
+  await app.register(docs)
   await app.register(plants, { store })
   return app
 }

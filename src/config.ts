@@ -16,6 +16,10 @@ export interface Config {
   requestTimeout: number
   /** Seconds from SIGTERM to exit, whatever clients do; requests in flight get that long to finish. Default 10. */
   shutdownTimeout: number
+  /** Server processes sharing the port (PostgreSQL only above 1). Default 1: this process serves. */
+  workers: number
+  /** Browser origins answered with CORS headers, exactly as browsers send them (https://garden.example:8443). Default none: CORS off. */
+  corsOrigins: string[]
 }
 
 /** A configuration value that cannot be used: the message is the one line shown at start. */
@@ -28,6 +32,22 @@ function integer (name: string, text: string, min: number, max: number): number 
     throw new ConfigError(`${name} must be a whole number from ${min} to ${max}, not "${text}".`)
   }
   return Number(text)
+}
+
+/** A comma-separated list of origins, each written as browsers send it in `Origin`: that is what is matched, exactly. */
+function origins (text: string): string[] {
+  if (text === '') return []
+  return text.split(',').map(part => {
+    const origin = part.trim()
+    let url: URL | undefined
+    try {
+      url = new URL(origin)
+    } catch {}
+    if (url === undefined || !['http:', 'https:'].includes(url.protocol) || url.origin !== origin) {
+      throw new ConfigError(`CORS_ORIGINS must be origins separated by commas, each a scheme, a host and a port only if not the default, in lower case, without path or trailing slash (https://garden.example, http://localhost:3000), not "${origin}".`)
+    }
+    return origin
+  })
 }
 
 /** One row per setting: the environment variable, its default, and how its text is read. */
@@ -59,7 +79,10 @@ const table = {
   },
   rateLimitPerMinute: { env: 'RATE_LIMIT_PER_MINUTE', fallback: '60000', parse: (t: string) => integer('RATE_LIMIT_PER_MINUTE', t, 0, 1e9) },
   requestTimeout: { env: 'REQUEST_TIMEOUT', fallback: '10', parse: (t: string) => integer('REQUEST_TIMEOUT', t, 1, 3600) },
-  shutdownTimeout: { env: 'SHUTDOWN_TIMEOUT', fallback: '10', parse: (t: string) => integer('SHUTDOWN_TIMEOUT', t, 1, 3600) }
+  shutdownTimeout: { env: 'SHUTDOWN_TIMEOUT', fallback: '10', parse: (t: string) => integer('SHUTDOWN_TIMEOUT', t, 1, 3600) },
+  // A fixed bound, the same on every machine: far past any useful count, short of a typo's 1000.
+  workers: { env: 'WORKERS', fallback: '1', parse: (t: string) => integer('WORKERS', t, 1, 64) },
+  corsOrigins: { env: 'CORS_ORIGINS', fallback: '', parse: origins }
 } as const
 
 /** The environment variable behind each setting, for help texts and `serve` flags. */
@@ -75,7 +98,11 @@ export function loadConfig (env: NodeJS.ProcessEnv = process.env, overrides: Par
     const text = overrides[key as keyof Config] ?? env[row.env] ?? row.fallback
     config[key] = row.parse(text)
   }
-  return config as unknown as Config
+  const parsed = config as unknown as Config
+  if (parsed.workers > 1 && !isPostgresUrl(parsed.databaseUrl)) {
+    throw new ConfigError(`WORKERS is ${parsed.workers}, but a SQLite store has one writer: run one process (WORKERS=1), or use PostgreSQL (a postgres:// DATABASE_URL) for several.`)
+  }
+  return parsed
 }
 
 /** True when the URL selects the PostgreSQL backend. */

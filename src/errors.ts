@@ -21,6 +21,7 @@ export const failures = {
   missingScope: { status: 403, message: 'This token lacks the scope this operation needs.' },
   plantNotFound: { status: 404, message: 'No plant has this id.' },
   routeNotFound: { status: 404, message: 'There is no such route; see /openapi.json for the ones there are.' },
+  fileNotFound: { status: 404, message: 'The API reference has no file of this name; open /docs.' },
   methodNotAllowed: { status: 405, message: 'This method is not allowed here; the Allow header lists the ones that are.' },
   requestTimeout: { status: 408, message: 'The request took too long to arrive; send it again, all at once.' },
   plantConflict: { status: 409, message: 'Another plant already uses this id; nothing was changed.' },
@@ -50,8 +51,18 @@ export class ApiError extends Error {
   }
 }
 
-/** Thrown by stores when the storage itself cannot answer (disk, lock, lost worker). */
-export class StoreUnavailableError extends Error {}
+/**
+ * Why a store refused: at its cap of work in flight, past a call's deadline (about 2 s), or
+ * storage that cannot answer (disk, lock, lost connection). All three are 503; metrics tell them apart.
+ */
+export type UnavailableReason = 'capacity' | 'deadline' | 'unavailable'
+
+/** Thrown by stores when the storage itself cannot answer (disk, lock, lost worker), or sheds work past its bounds. */
+export class StoreUnavailableError extends Error {
+  constructor (message: string, readonly reason: UnavailableReason = 'unavailable') {
+    super(message)
+  }
+}
 
 /** Thrown by stores for text they cannot keep exactly (PostgreSQL's text cannot hold U+0000): the client's to fix, 400. */
 export class UnstorableTextError extends Error {}
@@ -61,12 +72,13 @@ export function errorBody (status: number, message: string): string {
   return JSON.stringify({ error: status, message })
 }
 
-interface ValidationIssue { instancePath: string, keyword: string, message?: string, params: Record<string, unknown>, data?: unknown, schema?: unknown }
+/** One of Ajv's complaints, as the validators of src/contract.ts make them (`verbose`). */
+export interface ValidationIssue { instancePath: string, keyword: string, message?: string, params: Record<string, unknown>, data?: unknown, schema?: unknown }
 
 const ARTICLES: Record<string, string> = { string: 'a string', integer: 'an integer', number: 'a number', object: 'a JSON object', array: 'an array', boolean: 'true or false' }
 
 /** What an Ajv complaint asks for, as words: "must be a string", "must not be empty". */
-function rule ({ keyword, message, params, schema }: ValidationIssue): string {
+export function rule ({ keyword, message, params, schema }: ValidationIssue): string {
   switch (keyword) {
     case 'required': return 'is required'
     case 'additionalProperties': return 'is not a parameter of this operation'
@@ -84,16 +96,21 @@ function rule ({ keyword, message, params, schema }: ValidationIssue): string {
   }
 }
 
-/** One sentence out of Ajv's first complaint, naming the field: "`id` in the request body is required." */
-function describeValidation (context: string, issues: ValidationIssue[]): string {
-  const issue = issues[0]
+/** The field an Ajv complaint is about, dotted (`tag`, `a.b`), cut to 64 characters; '' for the value itself. */
+export function fieldOf (issue: ValidationIssue): string {
   const field = issue.keyword === 'required'
     ? String(issue.params.missingProperty)
     : issue.keyword === 'additionalProperties'
       ? String(issue.params.additionalProperty)
       : issue.instancePath.replace(/^\//, '').replaceAll('/', '.')
-  const named = field.length > 64 ? field.slice(0, 61) + '...' : field
-  if (field === '') return context === 'body' ? `The request body ${rule(issue)}.` : `The ${context} ${rule(issue)}.`
+  return field.length > 64 ? field.slice(0, 61) + '...' : field
+}
+
+/** One sentence out of Ajv's first complaint, naming the field: "`id` in the request body is required." */
+function describeValidation (context: string, issues: ValidationIssue[]): string {
+  const issue = issues[0]
+  const named = fieldOf(issue)
+  if (named === '') return context === 'body' ? `The request body ${rule(issue)}.` : `The ${context} ${rule(issue)}.`
   const where = context === 'body' ? 'in the request body' : context === 'params' ? 'in the path' : 'in the query'
   // The query parser hands a parameter given twice (`tag=a&tag=b`) over as an array.
   const complaint = context === 'querystring' && Array.isArray(issue.data) ? 'is given more than once; give it once' : rule(issue)

@@ -39,7 +39,7 @@ const ESCAPES: Record<string, string> = { '"': '"', '\\': '\\', '/': '/', b: '\b
 class Reader {
   private at = 0
 
-  constructor (private readonly text: string, private readonly maxDepth: number) {}
+  constructor (private readonly text: string, private readonly maxDepth: number, private readonly subject: string) {}
 
   document (): unknown {
     const value = this.value(0)
@@ -49,7 +49,7 @@ class Reader {
   }
 
   private fail (): never {
-    throw new JsonError('The request body is not valid JSON; send a JSON object.')
+    throw new JsonError(`${this.subject} is not valid JSON; send a JSON object.`)
   }
 
   private skipSpace (): void {
@@ -73,7 +73,7 @@ class Reader {
   }
 
   private checkDepth (depth: number): void {
-    if (depth > this.maxDepth) throw new JsonError(`The request body nests arrays and objects deeper than ${this.maxDepth} levels.`)
+    if (depth > this.maxDepth) throw new JsonError(`${this.subject} nests arrays and objects deeper than ${this.maxDepth} levels.`)
   }
 
   private object (depth: number): Record<string, unknown> {
@@ -87,7 +87,7 @@ class Reader {
       if (this.text.charCodeAt(this.at) !== 34) this.fail()
       const key = this.string()
       if (Object.hasOwn(object, key)) {
-        throw new JsonError(`The request body gives the key ${key.length <= 64 ? JSON.stringify(key) + ' ' : ''}twice in one object; send each key once.`)
+        throw new JsonError(`${this.subject} gives the key ${key.length <= 64 ? JSON.stringify(key) + ' ' : ''}twice in one object; send each key once.`)
       }
       this.skipSpace()
       if (this.text.charCodeAt(this.at++) !== 58) this.fail()
@@ -192,7 +192,7 @@ class Reader {
     this.at = at + 1
     // A surrogate is text only as half of a pair; a lone one could not be stored as UTF-8.
     if (surrogates && LONE_SURROGATE.test(result)) {
-      throw new JsonError('The request body holds a lone surrogate (such as "\\ud800"), which is not text; send valid Unicode.')
+      throw new JsonError(`${this.subject} holds a lone surrogate (such as "\\ud800"), which is not text; send valid Unicode.`)
     }
     return result
   }
@@ -201,8 +201,8 @@ class Reader {
 /**
  * Parses a JSON text, keeping every number exact (see `exactNumber`). Throws JsonError, whose
  * message says what is wrong, on malformed JSON, a repeated key, excessive nesting or a lone
- * surrogate.
+ * surrogate; the message calls the text `subject`.
  */
-export function parseJson (text: string, maxDepth = MAX_DEPTH): unknown {
-  return new Reader(text, maxDepth).document()
+export function parseJson (text: string, maxDepth = MAX_DEPTH, subject = 'The request body'): unknown {
+  return new Reader(text, maxDepth, subject).document()
 }

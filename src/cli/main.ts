@@ -1,10 +1,13 @@
 #!/usr/bin/env node
+import cluster from 'node:cluster'
 import { readFileSync } from 'node:fs'
 import { ConfigError, loadConfig, settings, type Config } from '../config.js'
-import { serve } from '../server.js'
+import { StoreUnavailableError } from '../errors.js'
 import { parseCommand, quoted } from './args.js'
 import { backup } from './backup.js'
 import { databaseUrlOf, openForCommand } from './database.js'
+import { exportPlants } from './export.js'
+import { importPlants } from './import.js'
 import { tokens } from './tokens.js'
 import { flagOf, USAGE } from './usage.js'
 
@@ -36,12 +39,16 @@ async function main (argv: string[]): Promise<void> {
   if (command === undefined || command === 'serve') {
     const config = configFrom(rest)
     if (config === undefined) process.stdout.write(USAGE.serve + '\n')
-    else await serve(config)
+    // Loaded only to serve: the other commands start without the HTTP stack (Fastify, prom-client).
+    else if (config.workers > 1 && cluster.isPrimary) await (await import('../workers.js')).serveWorkers(config)
+    else await (await import('../server.js')).serve(config)
     return
   }
   if (command === 'migrate') return await migrate(rest)
   if (command === 'tokens') return await tokens(rest)
   if (command === 'backup') return await backup(rest)
+  if (command === 'export') return await exportPlants(rest)
+  if (command === 'import') return await importPlants(rest)
   if (command === '--version') {
     process.stdout.write(version() + '\n')
     return
@@ -51,7 +58,7 @@ async function main (argv: string[]): Promise<void> {
     return
   }
   if (command.startsWith('-')) throw new ConfigError(`unknown option ${quoted(command)}; see plantstore --help.`)
-  throw new ConfigError(`Unknown command ${quoted(command)}; use serve, migrate, tokens or backup (see plantstore --help).`)
+  throw new ConfigError(`Unknown command ${quoted(command)}; use serve, migrate, tokens, backup, export or import (see plantstore --help).`)
 }
 
 // `plantstore tokens list | head -1`: once the reader has gone, the rest of the output has no one
@@ -62,7 +69,9 @@ process.stdout.on('error', (error: NodeJS.ErrnoException) => {
 })
 
 main(process.argv.slice(2)).catch((error: unknown) => {
-  const known = error instanceof ConfigError
-  process.stderr.write(`plantstore: ${known ? (error as Error).message : String((error as Error).stack ?? error)}\n`)
+  const message = error instanceof ConfigError
+    ? error.message
+    : error instanceof StoreUnavailableError ? `The store is unavailable: ${error.message}` : String((error as Error).stack ?? error)
+  process.stderr.write(`plantstore: ${message}\n`)
   process.exit(1)
 })

@@ -18,6 +18,8 @@ Commands:
   tokens create|list|revoke
                         manage the bearer tokens that clients send
   backup FILE           write a consistent copy of a live SQLite store to FILE
+  export                write every plant to stdout as NDJSON, from one snapshot
+  import [--replace]    read an export from stdin into an empty store (all or nothing)
 
 Every command takes --database-url URL (or the environment's DATABASE_URL) and --help.
   plantstore --version  print the version and exit`,
@@ -28,7 +30,9 @@ Runs the HTTP service. Each flag overrides its environment variable:
 ${settings.map(s => `  --${flagOf(s.env)} VALUE`.padEnd(34) + s.env).join('\n')}
   -h, --help                      this text
 
-On a store without any token, the first start creates one with every scope and prints it once.`,
+On a store without any token, the first start creates one with every scope and prints it once.
+--workers N (1 to 64; PostgreSQL only above 1) runs N server processes that share the port, and
+replaces one that dies; SIGTERM stops them all.`,
 
   migrate: `Usage: plantstore migrate [flags]
 
@@ -73,5 +77,25 @@ ${DATABASE}`,
 Writes a consistent copy of the SQLite store to FILE while the server keeps running (SQLite's
 online backup). FILE is a self-contained database (no -wal file), readable by its owner only;
 an existing FILE is never overwritten. For PostgreSQL, use pg_dump.
+${DATABASE}`,
+
+  export: `Usage: plantstore export [flags] > plants.ndjson
+
+Writes every plant to stdout, one JSON object a line, in id order: {"id":…,"name":…,"tag":…}
+(no "tag" when the plant has none; ids exact, as JSON integers). Tokens are not exported. All
+lines come from one snapshot, taken as the export starts, while servers go on writing. If it
+fails, its last line says so and is not JSON, so that an import of its output fails too.
+Moving a store: plantstore export | plantstore import --database-url TARGET
+${DATABASE}`,
+
+  import: `Usage: plantstore import [--replace] [flags] < plants.ndjson
+
+Reads plants from stdin, one JSON object a line as export writes them, and stores them all in
+one transaction, or none: the first bad line stops the import, naming the line, and nothing is
+stored. Each line is checked as POST /plants checks a body, and may hold only id, name and tag.
+Blank lines are skipped; a line repeating an earlier plant exactly is stored once. While it
+runs, other writes to the store wait (servers answer them 503).
+  --replace            the store may hold plants: delete them first, in the same transaction
+                       (tokens stay); without it, a store with plants is refused
 ${DATABASE}`
 }

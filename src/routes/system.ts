@@ -1,11 +1,12 @@
 import type { FastifyPluginAsync } from 'fastify'
+import type { Registry } from 'prom-client'
 import { document, route } from '../contract.js'
 import type { Store } from '../store/store.js'
 
 const documentText = JSON.stringify(document)
 
-/** Unauthenticated routes outside the API: the contract and the probes. */
-export const system: FastifyPluginAsync<{ store: Store }> = async (app, { store }) => {
+/** Unauthenticated routes outside the API: the contract, the probes and the metrics. */
+export const system: FastifyPluginAsync<{ store: Store, metrics: Registry }> = async (app, { store, metrics }) => {
   // Sent as text, so the response schema (any object) never re-serializes it.
   app.route({ ...route('openapiDocument'), handler: async (_request, reply) => reply.type('application/json').send(documentText) })
 
@@ -18,4 +19,6 @@ export const system: FastifyPluginAsync<{ store: Store }> = async (app, { store 
       return { status: 'ready' }
     }
   })
+
+  app.route({ ...route('metrics'), handler: async (_request, reply) => reply.type(metrics.contentType).send(await metrics.metrics()) })
 }

@@ -1,9 +1,11 @@
 import pg from 'pg'
-import { StoreUnavailableError, UnstorableTextError } from '../errors.js'
+import { StoreUnavailableError } from '../errors.js'
 import { describe } from './describe.js'
 import { isUnavailable, isUniqueViolation } from './postgres-errors.js'
+import { LIST_SQL, rowToPlant, TYPES, unstorable, type PlantRow } from './postgres-rows.js'
 import { LOCKS, migrate } from './postgres-schema.js'
-import type { NewToken, Plant, PlantRecord, Scope, Store, TokenRecord } from './store.js'
+import { exportPostgres, importPostgres } from './postgres-transfer.js'
+import type { ImportOutcome, NewToken, Plant, PlantRecord, RateWindows, Scope, SharedCount, Store, TokenRecord } from './store.js'
 
 /** How much the store takes on at once; past it, it refuses at once (503) rather than queue without end. */
 export interface PostgresLimits {
@@ -17,24 +19,13 @@ export interface PostgresLimits {
   poolSize: number
 }
 
-/** A deadline of about 2 s, as SPEC section 8 says, and caps like the SQLite store's. */
-export const DEFAULT_PG_LIMITS: PostgresLimits = { writesInFlight: 1024, readsPending: 1024, writeTimeoutMs: 2000, poolSize: 10 }
-
 /**
- * int8 arrives as bigint, exact (node-postgres hands it over as a string by default). Set on
- * the store's own connections only, not in the process-wide registry.
+ * Caps like the SQLite store's, and a deadline that lets the answer leave within 2 s (SPEC section
+ * 8): 1.5 s for the database, the rest for the request's own work on a busy machine.
  */
-const TYPES = {
-  getTypeParser: ((oid: number, format?: 'text' | 'binary') =>
-    oid === 20 ? (value: string) => BigInt(value) : pg.types.getTypeParser(oid, format ?? 'text')) as pg.CustomTypesConfig['getTypeParser']
-}
+export const DEFAULT_PG_LIMITS: PostgresLimits = { writesInFlight: 1024, readsPending: 1024, writeTimeoutMs: 1500, poolSize: 10 }
 
-interface PlantRow { id: bigint, name: string, tag: string | null }
 interface TokenRow { id: bigint, name: string, digest: Buffer, scopes: string, created_at: Date, expires_at: Date | null, revoked_at: Date | null }
-
-function rowToPlant ({ id, name, tag }: PlantRow): PlantRecord {
-  return tag === null ? { id, name } : { id, name, tag }
-}
 
 function rowToToken (row: TokenRow): TokenRecord {
   return {
@@ -47,25 +38,30 @@ function rowToToken (row: TokenRow): TokenRecord {
   }
 }
 
-/** PostgreSQL's text cannot hold U+0000; such a name or tag is refused before it is sent. */
-function unstorable (plant: Plant): UnstorableTextError | undefined {
-  if (!plant.name.includes('\u0000') && plant.tag?.includes('\u0000') !== true) return undefined
-  return new UnstorableTextError('The name or tag holds the character U+0000, which this store cannot keep; remove it.')
-}
-
 /** A failure as the caller sees it: the database out of reach is 503, anything else (a bug) stays an Error (500). */
 function failureOf (error: unknown): Error {
   if (error instanceof StoreUnavailableError) return error
   return isUnavailable(error) ? new StoreUnavailableError(describe(error)) : new Error(describe(error))
 }
 
-/** The page queries: keyset pagination on the primary key or the (tag, id) index, never OFFSET. Ids travel as text, exact. */
-const LIST_SQL = {
-  first: 'SELECT id, name, tag FROM plants ORDER BY id LIMIT $1',
-  after: 'SELECT id, name, tag FROM plants WHERE id > $1::int8 ORDER BY id LIMIT $2',
-  tagFirst: 'SELECT id, name, tag FROM plants WHERE tag = $1 ORDER BY id LIMIT $2',
-  tagAfter: 'SELECT id, name, tag FROM plants WHERE tag = $1 AND id > $2::int8 ORDER BY id LIMIT $3'
-}
+/**
+ * One sync of the rate limit's counts, in one statement for all tokens: this instance's counts
+ * are upserted (a count only rises), and per token the other instances' counts in the window
+ * are added and the instances seen since `$5` counted. The outer query reads the table as it was
+ * before the upsert, so this instance's rows are left out there and its new counts come from
+ * RETURNING.
+ */
+const SYNC_SQL = `WITH mine AS (
+  INSERT INTO rate_windows (token_id, window_start, instance_id, requests)
+  SELECT sent.token_id, $1::int8, $2, sent.requests FROM unnest($3::int8[], $4::int8[]) AS sent (token_id, requests)
+  ON CONFLICT (token_id, window_start, instance_id) DO UPDATE SET requests = greatest(rate_windows.requests, excluded.requests)
+  RETURNING token_id, requests
+)
+SELECT mine.token_id, mine.requests + coalesce(sum(other.requests) FILTER (WHERE other.window_start = $1::int8), 0)::int8 AS total,
+  1 + count(DISTINCT other.instance_id) AS instances
+FROM mine LEFT JOIN rate_windows other
+  ON other.token_id = mine.token_id AND other.window_start BETWEEN $5::int8 AND $1::int8 AND other.instance_id <> $2
+GROUP BY mine.token_id, mine.requests`
 
 /** The pool's settings for `url`: connect and statement timeouts within the deadline, int8 as bigint. */
 function poolConfig (url: string, limits: PostgresLimits): pg.PoolConfig {
@@ -75,10 +71,15 @@ function poolConfig (url: string, limits: PostgresLimits): pg.PoolConfig {
     types: TYPES,
     // Waiting for a connection, opening one, a statement in the server, and a reply on the
     // socket are each bounded by the deadline; the store's own timer answers at the deadline
-    // whatever is still under way.
+    // whatever is still under way. A connection that stops answering (a network that drops
+    // everything, with no reset) is only noticed by query_timeout, which drops it from the pool.
     connectionTimeoutMillis: limits.writeTimeoutMs,
     statement_timeout: limits.writeTimeoutMs,
     query_timeout: limits.writeTimeoutMs + 1000,
+    // Idle connections whose peer has vanished are found without a query; the probes also keep
+    // firewalls and NATs from forgetting a quiet connection.
+    keepAlive: true,
+    keepAliveInitialDelayMillis: 10_000,
     idleTimeoutMillis: 30_000,
     application_name: 'plantstore'
   }
@@ -99,7 +100,15 @@ export class PostgresStore implements Store {
   private reads = 0
   private closed = false
 
-  private constructor (url: string, limits: PostgresLimits) {
+  readonly rateWindows: RateWindows = {
+    sync: (instance, start, since, counts) => this.run('writes', async () => {
+      const { rows } = await this.query<{ token_id: bigint, total: bigint, instances: bigint }>(SYNC_SQL, [start, instance, [...counts.keys()], [...counts.values()], since])
+      return new Map<number, SharedCount>(rows.map(row => [Number(row.token_id), { total: Number(row.total), instances: Number(row.instances) }]))
+    }),
+    forget: (before) => this.run('writes', async () => { await this.query('DELETE FROM rate_windows WHERE window_start < $1::int8', [before]) })
+  }
+
+  private constructor (private readonly url: string, limits: PostgresLimits) {
     this.limits = limits
     this.pool = new pg.Pool(poolConfig(url, limits))
     // An idle connection the server drops emits 'error' on the pool; without a listener Node
@@ -112,18 +121,34 @@ export class PostgresStore implements Store {
     const store = new PostgresStore(url, { ...DEFAULT_PG_LIMITS, ...limits })
     // Migrations run on a connection of their own, without the statement timeout: waiting for
     // another instance's migration is part of starting.
-    const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: store.limits.writeTimeoutMs, types: TYPES, application_name: 'plantstore' })
-    client.on('error', () => {})
+    let client: pg.Client | undefined
     try {
-      await client.connect()
+      client = await store.connectAlone()
       await migrate(client)
     } catch (error) {
       await store.pool.end().catch(() => {})
       throw error
     } finally {
-      await client.end().catch(() => {})
+      await client?.end().catch(() => {})
     }
     return store
+  }
+
+  /**
+   * A connection outside the pool and without the statement timeout, for work that is long by
+   * nature: migrations, exports, imports. The caller ends it.
+   */
+  private async connectAlone (): Promise<pg.Client> {
+    // Keepalive probes find a peer that vanished without a reset: these statements have no timeout.
+    const client = new pg.Client({ connectionString: this.url, connectionTimeoutMillis: this.limits.writeTimeoutMs, types: TYPES, application_name: 'plantstore', keepAlive: true, keepAliveInitialDelayMillis: 10_000 })
+    client.on('error', () => {}) // a query under way fails by itself; the error event alone would end the process
+    try {
+      await client.connect()
+    } catch (error) {
+      await client.end().catch(() => {})
+      throw error
+    }
+    return client
   }
 
   /**
@@ -134,11 +159,11 @@ export class PostgresStore implements Store {
   private run<T> (kind: 'writes' | 'reads', work: () => Promise<T>): Promise<T> {
     if (this.closed) return Promise.reject(new StoreUnavailableError('The store is closed.'))
     const cap = kind === 'writes' ? this.limits.writesInFlight : this.limits.readsPending
-    if (this[kind] >= cap) return Promise.reject(new StoreUnavailableError(`${cap} ${kind} are in flight, as many as the store takes on.`))
+    if (this[kind] >= cap) return Promise.reject(new StoreUnavailableError(`${cap} ${kind} are in flight, as many as the store takes on.`, 'capacity'))
     this[kind]++
     const done = work().finally(() => { this[kind]-- })
     return new Promise<T>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new StoreUnavailableError(`The database did not answer within ${this.limits.writeTimeoutMs} ms.`)), this.limits.writeTimeoutMs)
+      const timer = setTimeout(() => reject(new StoreUnavailableError(`The database did not answer within ${this.limits.writeTimeoutMs} ms.`, 'deadline')), this.limits.writeTimeoutMs)
       done.then(value => { clearTimeout(timer); resolve(value) }, error => { clearTimeout(timer); reject(failureOf(error)) })
     })
   }
@@ -149,25 +174,27 @@ export class PostgresStore implements Store {
 
   /**
    * Runs `work` in one transaction on one connection. A connection that failed is dropped from
-   * the pool rather than handed to the next caller.
+   * the pool rather than handed to the next caller; dropping it rolls the transaction back.
    */
   private async transaction<T> (work: (client: pg.PoolClient) => Promise<T>): Promise<T> {
     const client = await this.pool.connect()
     let broken: Error | undefined
+    // A checked-out client has no 'error' listener of the pool's: a connection lost now would
+    // emit 'error' to no one, which ends the process. Its queries fail all the same.
+    const lost = (error: Error): void => { broken = error }
+    client.on('error', lost)
     try {
       await client.query('BEGIN')
-      try {
-        const result = await work(client)
-        await client.query('COMMIT')
-        return result
-      } catch (error) {
-        await client.query('ROLLBACK').catch((rollback: Error) => { broken = rollback })
-        throw error
-      }
+      const result = await work(client)
+      await client.query('COMMIT')
+      return result
     } catch (error) {
-      if (isUnavailable(error)) broken = error as Error
+      // No ROLLBACK on a connection that stopped answering: it would wait out query_timeout again.
+      if (isUnavailable(error)) broken ??= error as Error
+      else await client.query('ROLLBACK').catch((rollback: Error) => { broken = rollback })
       throw error
     } finally {
+      client.off('error', lost)
       client.release(broken)
     }
   }
@@ -273,6 +300,14 @@ export class PostgresStore implements Store {
       const byId = await this.query<TokenRow>('UPDATE tokens SET revoked_at = coalesce(revoked_at, $1) WHERE id = $2::int8 RETURNING *', [now, nameOrId])
       return byId.rows.length === 0 ? undefined : rowToToken(byId.rows[0])
     })
+  }
+
+  exportPlants (): AsyncIterable<PlantRecord[]> {
+    return exportPostgres(() => this.connectAlone())
+  }
+
+  importPlants (source: AsyncIterable<PlantRecord[]>, options: { replace: boolean }): Promise<ImportOutcome> {
+    return importPostgres(() => this.connectAlone(), source, options)
   }
 
   async ping (): Promise<void> {

@@ -14,6 +14,14 @@ export const PLANT_COLUMNS = 'id, name, tag'
 /** One plant by id; the reader and the writer both ask it. */
 export const PLANT_BY_ID_SQL = `SELECT ${PLANT_COLUMNS} FROM plants WHERE id = ?`
 
+/** The page queries: keyset pagination on the id (the rowid) or the (tag, id) index, never OFFSET. */
+export const LIST_SQL = {
+  first: `SELECT ${PLANT_COLUMNS} FROM plants ORDER BY id LIMIT ?`,
+  after: `SELECT ${PLANT_COLUMNS} FROM plants WHERE id > ? ORDER BY id LIMIT ?`,
+  tagFirst: `SELECT ${PLANT_COLUMNS} FROM plants WHERE tag = ? ORDER BY id LIMIT ?`,
+  tagAfter: `SELECT ${PLANT_COLUMNS} FROM plants WHERE tag = ? AND id > ? ORDER BY id LIMIT ?`
+}
+
 export interface TokenRow { id: number, name: string, scopes: string, created_at: number, expires_at: number | null, revoked_at: number | null }
 
 export function rowToPlant ([id, name, tag]: PlantRow): PlantRecord {

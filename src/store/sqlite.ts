@@ -8,9 +8,10 @@ import { describe } from './describe.js'
 import { isBusy, isUnavailable } from './sqlite-errors.js'
 import { makePrivate } from './sqlite-files.js'
 import { checkpoint, configure, migrate } from './sqlite-schema.js'
-import { PLANT_BY_ID_SQL, PLANT_COLUMNS, rowToPlant, rowToToken, type PlantRow, type TokenRow } from './sqlite-rows.js'
+import { LIST_SQL, PLANT_BY_ID_SQL, rowToPlant, rowToToken, type PlantRow, type TokenRow } from './sqlite-rows.js'
+import { exportSqlite, importSqlite } from './sqlite-transfer.js'
 import { openWriter, WAL_CHECKPOINT_BYTES, type Operation, type WriteResult, type Writer } from './sqlite-writes.js'
-import type { NewToken, Plant, PlantRecord, Store, TokenRecord } from './store.js'
+import type { ImportOutcome, NewToken, Plant, PlantRecord, Store, TokenRecord } from './store.js'
 
 const CHECKPOINTER = new URL(`./sqlite-checkpointer${extname(import.meta.url)}`, import.meta.url)
 
@@ -72,14 +73,6 @@ interface AwaitingSync {
   answered: boolean
 }
 
-/** The page queries: keyset pagination on the id (the rowid) or the (tag, id) index, never OFFSET. */
-export const LIST_SQL = {
-  first: `SELECT ${PLANT_COLUMNS} FROM plants ORDER BY id LIMIT ?`,
-  after: `SELECT ${PLANT_COLUMNS} FROM plants WHERE id > ? ORDER BY id LIMIT ?`,
-  tagFirst: `SELECT ${PLANT_COLUMNS} FROM plants WHERE tag = ? ORDER BY id LIMIT ?`,
-  tagAfter: `SELECT ${PLANT_COLUMNS} FROM plants WHERE tag = ? AND id > ? ORDER BY id LIMIT ?`
-}
-
 /**
  * The embedded store: one SQLite file in WAL mode. Reads run on this thread in batches, one per
  * turn of the event loop. Writes too: the writes of one turn are one transaction (a few
@@ -105,6 +98,7 @@ export class SqliteStore implements Store {
    * (one snapshot each), likewise.
    */
   readonly stats = { transactions: 0, writes: 0, syncs: 0, checkpoints: 0, readBatches: 0, reads: 0 }
+  onCommit?: (writes: number) => void
   /** Writes asked for in this turn, and those still waiting for the write lock. */
   private outbox: PendingWrite[] = []
   private flushScheduled = false
@@ -174,7 +168,7 @@ export class SqliteStore implements Store {
     if (this.closed) return Promise.reject(new StoreUnavailableError('The store is closed.'))
     if (this.walSuspect !== undefined) return Promise.reject(new StoreUnavailableError(this.walSuspect))
     if (this.outbox.length + this.unsynced >= this.limits.writesInFlight) {
-      return Promise.reject(new StoreUnavailableError(`${this.limits.writesInFlight} writes are in flight, as many as the store takes on.`))
+      return Promise.reject(new StoreUnavailableError(`${this.limits.writesInFlight} writes are in flight, as many as the store takes on.`, 'capacity'))
     }
     // The writes of one turn run together at its end, as one transaction: one commit and one
     // fdatasync for all of them (and one clock reading for their deadline).
@@ -210,7 +204,7 @@ export class SqliteStore implements Store {
     const live: PendingWrite[] = []
     for (const write of this.outbox) {
       if (write.deadline > now) live.push(write)
-      else write.reject(new StoreUnavailableError(`The write waited for the database past its deadline: ${this.lockError}`))
+      else write.reject(new StoreUnavailableError(`The write waited for the database past its deadline: ${this.lockError}`, 'deadline'))
     }
     this.outbox = []
     if (live.length === 0) return
@@ -230,6 +224,7 @@ export class SqliteStore implements Store {
     }
     this.stats.transactions++
     this.stats.writes += live.length
+    this.onCommit?.(live.length)
     this.unsynced += live.length
     this.awaiting.push({
       commit: ++this.committed,
@@ -298,7 +293,7 @@ export class SqliteStore implements Store {
       if (batch.deadline > late) continue
       if (batch.answered) continue
       batch.answered = true
-      const refusal = new StoreUnavailableError('The write\'s fdatasync did not return by its deadline; the write may still be stored.')
+      const refusal = new StoreUnavailableError('The write\'s fdatasync did not return by its deadline; the write may still be stored.', 'deadline')
       for (const { waiter } of batch.answers) waiter.reject(refusal)
     }
   }
@@ -350,7 +345,7 @@ export class SqliteStore implements Store {
    */
   private read<T> (query: () => T): Promise<T> {
     if (this.pendingReads.length >= this.limits.readsPending) {
-      return Promise.reject(new StoreUnavailableError(`${this.limits.readsPending} reads are waiting, as many as the store takes on.`))
+      return Promise.reject(new StoreUnavailableError(`${this.limits.readsPending} reads are waiting, as many as the store takes on.`, 'capacity'))
     }
     return new Promise<T>((resolve, reject) => {
       this.pendingReads.push({ query, resolve: resolve as (value: unknown) => void, reject })
@@ -431,6 +426,14 @@ export class SqliteStore implements Store {
 
   remove (id: bigint): Promise<boolean> {
     return this.write('remove', id)
+  }
+
+  exportPlants (): AsyncIterable<PlantRecord[]> {
+    return exportSqlite(this.path)
+  }
+
+  importPlants (source: AsyncIterable<PlantRecord[]>, options: { replace: boolean }): Promise<ImportOutcome> {
+    return importSqlite(this.path, source, options)
   }
 
   createToken (token: NewToken): Promise<TokenRecord | 'name-taken'> {

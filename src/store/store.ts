@@ -20,6 +20,42 @@ export interface TokenRecord {
 
 export interface NewToken { name: string, digest: Buffer, scopes: Scope[], expiresAt?: Date }
 
+/** What a sync of the rate limit's counts answers for one token. */
+export interface SharedCount {
+  /** Requests counted in the window by every instance, this one's just stored included. */
+  total: number
+  /** Instances that counted the token in a window from `since` to this one, this one included. */
+  instances: number
+}
+
+/**
+ * The rate limit's counts, shared by the instances of one service (PostgreSQL): each instance's
+ * own count per token and window.
+ */
+export interface RateWindows {
+  /**
+   * Stores `instance`'s counts in the window that starts at `start` (ms since the epoch), one per
+   * token id, and answers for each of these tokens the window's service-wide total and how many
+   * instances counted it in the windows from `since` on. A stored count only rises, so a
+   * retried or late sync changes nothing.
+   */
+  sync (instance: string, start: number, since: number, counts: Map<number, number>): Promise<Map<number, SharedCount>>
+  /** Deletes the counts of windows that start before `before`. */
+  forget (before: number): Promise<void>
+}
+
+/**
+ * What `importPlants` did: stored `plants` plants (repeats of an identical plant count once), or
+ * stored nothing because the store held plants already, or because the record at position `at`
+ * of the source (0-based, across batches) repeats an earlier record's id with other data, or
+ * holds text this store cannot keep (`reason` says which, as one sentence).
+ */
+export type ImportOutcome =
+  | { outcome: 'imported', plants: number }
+  | { outcome: 'not-empty' }
+  | { outcome: 'conflict', at: number }
+  | { outcome: 'unstorable', at: number, reason: string }
+
 /**
  * Where plants and tokens live: the one seam between HTTP and SQL. Missing or conflicting data
  * is a return value; only broken storage throws (StoreUnavailableError).
@@ -34,6 +70,20 @@ export interface Store {
   replace (id: bigint, plant: Plant): Promise<PlantRecord | undefined>
   remove (id: bigint): Promise<boolean>
 
+  /**
+   * Every plant, in id order, in pages, all from one snapshot taken when the first page is read:
+   * writes made meanwhile (by this or another process) are not seen. Runs on a connection of its
+   * own and holds one page at a time; stopping early (`break`) ends the snapshot.
+   */
+  exportPlants (): AsyncIterable<PlantRecord[]>
+  /**
+   * Stores every plant of `source`, in one transaction: all of them, or (on any outcome but
+   * 'imported', or when `source` throws, which rethrows) none. Refuses a store that holds plants
+   * ('not-empty') unless `replace`, which deletes them first in the same transaction; tokens stay.
+   * Writes by others wait while it runs (SQLite's write lock; PostgreSQL's table lock).
+   */
+  importPlants (source: AsyncIterable<PlantRecord[]>, options: { replace: boolean }): Promise<ImportOutcome>
+
   /** Stores a token; 'name-taken' if an active (unrevoked) token already has the name. */
   createToken (token: NewToken): Promise<TokenRecord | 'name-taken'>
   /** Stores `token` only if there is no token at all: the first start's bootstrap. */
@@ -43,6 +93,15 @@ export interface Store {
   listTokens (): Promise<TokenRecord[]>
   /** Revokes the active token with this name, or the token with this numeric id. */
   revokeToken (nameOrId: string): Promise<TokenRecord | undefined>
+
+  /** Counts shared with other instances, when several may run on this store; none for SQLite (one process). */
+  readonly rateWindows?: RateWindows
+
+  /**
+   * Called after each commit with how many writes it carried, by a store that makes concurrent
+   * writes share a commit (SQLite's group commit); PostgreSQL commits each write on its own.
+   */
+  onCommit?: (writes: number) => void
 
   /** Resolves when the store can answer queries; throws StoreUnavailableError otherwise. */
   ping (): Promise<void>

@@ -4,7 +4,7 @@ import { join } from 'node:path'
 import { test } from 'node:test'
 import { cli, ROOT, tempDir } from '../helpers.js'
 
-const COMMANDS = [['serve'], ['migrate'], ['tokens'], ['tokens', 'create'], ['tokens', 'list'], ['tokens', 'revoke'], ['backup']]
+const COMMANDS = [['serve'], ['migrate'], ['tokens'], ['tokens', 'create'], ['tokens', 'list'], ['tokens', 'revoke'], ['backup'], ['export'], ['import']]
 
 test('--help on every command and subcommand prints its usage on stdout and exits 0, touching no store', (t) => {
   const dir = tempDir(t)

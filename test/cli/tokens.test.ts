@@ -1,31 +1,105 @@
 import assert from 'node:assert/strict'
-import Database from 'better-sqlite3'
 import { spawn } from 'node:child_process'
+import { randomBytes } from 'node:crypto'
 import { existsSync } from 'node:fs'
 import { join } from 'node:path'
-import { test } from 'node:test'
-import { cli, MAIN, tempDir } from '../helpers.js'
+import { describe, test } from 'node:test'
+import { cli, freshDatabase, MAIN, tempDir, testStores } from '../helpers.js'
+import { withStore } from '../stored.js'
 
 const ONE_LINE = /^plantstore: [^\n]+\n$/
 const YEAR_MS = 365.25 * 86_400_000
 
-test('tokens commands and migrate take --database-url, without DATABASE_URL and from any directory', (t) => {
-  const dir = tempDir(t)
-  const elsewhere = tempDir(t)
-  const dbPath = join(dir, 'plantstore.db')
-  const noEnv = { DATABASE_URL: undefined }
-  assert.equal(cli(dir, ['migrate', '--database-url', dbPath], noEnv, elsewhere).status, 0)
-  const created = cli(dir, ['tokens', 'create', '--name', 'ci', '--database-url', dbPath], noEnv, elsewhere)
-  assert.equal(created.status, 0, created.stderr)
-  assert.match(created.stdout, /^pst_\S+\n$/)
-  // The same store as the environment names: the flag did not open another one.
-  assert.match(cli(dir, ['tokens', 'list']).stdout, /^1\tci\t/)
-  assert.equal(cli(dir, ['tokens', 'list', '--database-url', dbPath], noEnv, elsewhere).stdout, cli(dir, ['tokens', 'list']).stdout)
-  assert.equal(cli(dir, ['tokens', 'revoke', 'ci', '--database-url', dbPath], noEnv, elsewhere).status, 0)
-  assert.match(cli(dir, ['tokens', 'list']).stdout, /^1\tci\t.*\trevoked /)
-  assert.equal(existsSync(join(elsewhere, 'data')), false, 'nothing was created in the current directory')
-})
+// The commands on either store.
+for (const store of testStores()) {
+  describe(store, () => {
+    test('tokens commands and migrate take --database-url, without DATABASE_URL and from any directory', async (t) => {
+      const database = await freshDatabase(t, store)
+      const elsewhere = tempDir(t)
+      const url = database.databaseUrl
+      const noEnv = { DATABASE_URL: undefined }
+      assert.equal(cli(database, ['migrate', '--database-url', url], noEnv, elsewhere).status, 0)
+      const created = cli(database, ['tokens', 'create', '--name', 'ci', '--database-url', url], noEnv, elsewhere)
+      assert.equal(created.status, 0, created.stderr)
+      assert.match(created.stdout, /^pst_\S+\n$/)
+      // The same store as the environment names: the flag did not open another one.
+      assert.match(cli(database, ['tokens', 'list']).stdout, /^1\tci\t/)
+      assert.equal(cli(database, ['tokens', 'list', '--database-url', url], noEnv, elsewhere).stdout, cli(database, ['tokens', 'list']).stdout)
+      assert.equal(cli(database, ['tokens', 'revoke', 'ci', '--database-url', url], noEnv, elsewhere).status, 0)
+      assert.match(cli(database, ['tokens', 'list']).stdout, /^1\tci\t.*\trevoked /)
+      assert.equal(existsSync(join(elsewhere, 'data')), false, 'nothing was created in the current directory')
+    })
 
+    if (store === 'postgres') {
+      test('a tokens command on a new PostgreSQL schema says nothing of a new store: the database exists, the operator made it', async (t) => {
+        const listed = cli(await freshDatabase(t, store), ['tokens', 'list'])
+        assert.equal(listed.status, 0, listed.stderr)
+        assert.deepEqual([listed.stdout, listed.stderr], ['', ''])
+      })
+    }
+
+    test('tokens list is tab-separated, one token a line, six columns', async (t) => {
+      const database = await freshDatabase(t, store)
+      cli(database, ['tokens', 'create', '--name', 'reader', '--scope', 'plants:read', '--expires-in', '2w'])
+      cli(database, ['tokens', 'create', '--name', 'admin', '--scope', 'admin', '--scope', 'plants:write'])
+      const lines = cli(database, ['tokens', 'list']).stdout.trimEnd().split('\n').map(line => line.split('\t'))
+      assert.equal(lines.length, 2)
+      assert.deepEqual(lines.map(columns => columns.length), [6, 6])
+      assert.deepEqual(lines.map(([id, name, scopes, state]) => [id, name, scopes, state]), [['1', 'reader', 'plants:read', 'active'], ['2', 'admin', 'admin,plants:write', 'active']])
+      assert.match(lines[0][5], /^expires 20\d\d-/)
+      assert.equal(lines[1][5], 'never expires')
+    })
+
+    test('tokens list keeps a name stored before names were checked on its own line and column', async (t) => {
+      const database = await freshDatabase(t, store)
+      // The store takes any name: only the CLI checks them, as older versions did not.
+      await withStore(database, async (opened) => await opened.createToken({ name: 'old\tname\nhere', digest: Buffer.alloc(32), scopes: ['plants:read'] }))
+      const lines = cli(database, ['tokens', 'list']).stdout.trimEnd().split('\n')
+      assert.equal(lines.length, 1)
+      assert.deepEqual(lines[0].split('\t').slice(0, 4), ['1', 'old\\tname\\nhere', 'plants:read', 'active'])
+    })
+
+    test('an expired token frees its name; the old one stays listed as expired', async (t) => {
+      const database = await freshDatabase(t, store)
+      // A token whose hour has passed, stored as it was an hour ago: no clock race decides the test.
+      await withStore(database, async (opened) => await opened.createToken({ name: 'deploy', digest: randomBytes(32), scopes: ['plants:read', 'plants:write'], expiresAt: new Date(Date.now() - 1000) }))
+      const again = cli(database, ['tokens', 'create', '--name', 'deploy'])
+      assert.equal(again.status, 0, again.stderr)
+      const list = cli(database, ['tokens', 'list']).stdout
+      assert.match(list, /^1\tdeploy\t[^\t]+\texpired 20/m)
+      assert.match(list, /^2\tdeploy\t[^\t]+\tactive\t/m)
+      assert.equal(cli(database, ['tokens', 'create', '--name', 'deploy']).status, 1, 'the new one is active: the name is taken')
+      // The name now picks the new token.
+      assert.equal(cli(database, ['tokens', 'revoke', 'deploy']).status, 0)
+      assert.match(cli(database, ['tokens', 'list']).stdout, /^2\tdeploy\t[^\t]+\trevoked 20/m)
+    })
+
+    test('a revoked token frees its name', async (t) => {
+      const database = await freshDatabase(t, store)
+      assert.equal(cli(database, ['tokens', 'create', '--name', 'ci']).status, 0)
+      assert.equal(cli(database, ['tokens', 'revoke', 'ci']).status, 0)
+      assert.equal(cli(database, ['tokens', 'create', '--name', 'ci']).status, 0)
+    })
+
+    test('lifetimes are capped at 10 years: 520w and 3650d are accepted, longer ones refused with one line', async (t) => {
+      const database = await freshDatabase(t, store)
+      for (const lifetime of ['999999w', '3651d', '522w', '87601h', '9999999999s']) {
+        const result = cli(database, ['tokens', 'create', '--name', 'long', '--expires-in', lifetime])
+        assert.equal(result.status, 1, lifetime)
+        assert.equal(result.stdout, '')
+        assert.equal(result.stderr, `plantstore: --expires-in is at most 10 years (3650d or 521w), not "${lifetime}".\n`)
+      }
+      for (const [name, lifetime] of [['weeks', '520w'], ['days', '3650d']]) {
+        const result = cli(database, ['tokens', 'create', '--name', name, '--expires-in', lifetime])
+        assert.equal(result.status, 0, `${lifetime}: ${result.stderr}`)
+      }
+      const expiries = cli(database, ['tokens', 'list']).stdout.trimEnd().split('\n').map(line => Date.parse(line.split('\t')[5].replace('expires ', '')))
+      for (const expiry of expiries) assert.ok(expiry > Date.now() + 9.9 * YEAR_MS && expiry <= Date.now() + 10 * YEAR_MS, new Date(expiry).toISOString())
+    })
+  })
+}
+
+// Refused before any store is opened, or about the SQLite file and the process: on SQLite only.
 test('a tokens command that creates a new store says so on stderr with its absolute path; an existing store is not announced', (t) => {
   const dir = tempDir(t)
   const first = cli(dir, ['tokens', 'list'], { DATABASE_URL: undefined }, dir)
@@ -52,70 +126,6 @@ test('token names are 1 to 64 of [A-Za-z0-9._-], not all digits; others are refu
     const result = cli(dir, ['tokens', 'create', '--name', name])
     assert.equal(result.status, 0, `${name}: ${result.stderr}`)
   }
-})
-
-test('tokens list is tab-separated, one token a line, six columns', (t) => {
-  const dir = tempDir(t)
-  cli(dir, ['tokens', 'create', '--name', 'reader', '--scope', 'plants:read', '--expires-in', '2w'])
-  cli(dir, ['tokens', 'create', '--name', 'admin', '--scope', 'admin', '--scope', 'plants:write'])
-  const lines = cli(dir, ['tokens', 'list']).stdout.trimEnd().split('\n').map(line => line.split('\t'))
-  assert.equal(lines.length, 2)
-  assert.deepEqual(lines.map(columns => columns.length), [6, 6])
-  assert.deepEqual(lines.map(([id, name, scopes, state]) => [id, name, scopes, state]), [['1', 'reader', 'plants:read', 'active'], ['2', 'admin', 'admin,plants:write', 'active']])
-  assert.match(lines[0][5], /^expires 20\d\d-/)
-  assert.equal(lines[1][5], 'never expires')
-})
-
-test('tokens list keeps a name stored before names were checked on its own line and column', (t) => {
-  const dir = tempDir(t)
-  assert.equal(cli(dir, ['migrate']).status, 0)
-  const old = new Database(join(dir, 'plantstore.db'))
-  old.prepare('INSERT INTO tokens (name, digest, scopes, created_at) VALUES (?, ?, ?, ?)').run('old\tname\nhere', Buffer.alloc(32), 'plants:read', Date.now())
-  old.close()
-  const lines = cli(dir, ['tokens', 'list']).stdout.trimEnd().split('\n')
-  assert.equal(lines.length, 1)
-  assert.deepEqual(lines[0].split('\t').slice(0, 4), ['1', 'old\\tname\\nhere', 'plants:read', 'active'])
-})
-
-test('an expired token frees its name; the old one stays listed as expired', (t) => {
-  const dir = tempDir(t)
-  assert.equal(cli(dir, ['tokens', 'create', '--name', 'deploy', '--expires-in', '1h']).status, 0)
-  assert.equal(cli(dir, ['tokens', 'create', '--name', 'deploy']).status, 1, 'still active: the name is taken')
-  // Its hour passes: moved into the past directly, so that no clock race decides the test.
-  const db = new Database(join(dir, 'plantstore.db'))
-  db.prepare('UPDATE tokens SET expires_at = ? WHERE name = ?').run(Date.now() - 1000, 'deploy')
-  db.close()
-  const again = cli(dir, ['tokens', 'create', '--name', 'deploy'])
-  assert.equal(again.status, 0, again.stderr)
-  const list = cli(dir, ['tokens', 'list']).stdout
-  assert.match(list, /^1\tdeploy\t[^\t]+\texpired 20/m)
-  assert.match(list, /^2\tdeploy\t[^\t]+\tactive\t/m)
-  // The name now picks the new token.
-  assert.equal(cli(dir, ['tokens', 'revoke', 'deploy']).status, 0)
-  assert.match(cli(dir, ['tokens', 'list']).stdout, /^2\tdeploy\t[^\t]+\trevoked 20/m)
-})
-
-test('a revoked token frees its name', (t) => {
-  const dir = tempDir(t)
-  assert.equal(cli(dir, ['tokens', 'create', '--name', 'ci']).status, 0)
-  assert.equal(cli(dir, ['tokens', 'revoke', 'ci']).status, 0)
-  assert.equal(cli(dir, ['tokens', 'create', '--name', 'ci']).status, 0)
-})
-
-test('lifetimes are capped at 10 years: 520w and 3650d are accepted, longer ones refused with one line', (t) => {
-  const dir = tempDir(t)
-  for (const lifetime of ['999999w', '3651d', '522w', '87601h', '9999999999s']) {
-    const result = cli(dir, ['tokens', 'create', '--name', 'long', '--expires-in', lifetime])
-    assert.equal(result.status, 1, lifetime)
-    assert.equal(result.stdout, '')
-    assert.equal(result.stderr, `plantstore: --expires-in is at most 10 years (3650d or 521w), not "${lifetime}".\n`)
-  }
-  for (const [name, lifetime] of [['weeks', '520w'], ['days', '3650d']]) {
-    const result = cli(dir, ['tokens', 'create', '--name', name, '--expires-in', lifetime])
-    assert.equal(result.status, 0, `${lifetime}: ${result.stderr}`)
-  }
-  const expiries = cli(dir, ['tokens', 'list']).stdout.trimEnd().split('\n').map(line => Date.parse(line.split('\t')[5].replace('expires ', '')))
-  for (const expiry of expiries) assert.ok(expiry > Date.now() + 9.9 * YEAR_MS && expiry <= Date.now() + 10 * YEAR_MS, new Date(expiry).toISOString())
 })
 
 test('tokens list into a reader that has gone (| head -1) stops quietly, without a stack trace', async (t) => {

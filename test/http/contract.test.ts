@@ -1,7 +1,7 @@
 import { Validator } from '@seriousme/openapi-schema-validator'
 import assert from 'node:assert/strict'
-import { test } from 'node:test'
-import { call, startServer } from '../helpers.js'
+import { describe, test } from 'node:test'
+import { call, startServer, testStores } from '../helpers.js'
 
 // The seed (shared/seed/plant-store-interface.md), transcribed: what the served document must say.
 const seed = {
@@ -26,38 +26,6 @@ function shape (doc: Schema, schema: Schema): Schema {
   }
 }
 
-test('the served document is valid OpenAPI 3.1.0, version 1.0.0, MIT, and needs no token', async (t) => {
-  const server = await startServer(t)
-  const answer = await call(server, 'GET', '/openapi.json', { token: null })
-  assert.equal(answer.status, 200)
-  assert.equal(answer.body.openapi, '3.1.0')
-  assert.equal(answer.body.info.version, '1.0.0')
-  assert.equal(answer.body.info.license.identifier, 'MIT')
-  const validator = new Validator()
-  const result = await validator.validate(answer.body)
-  assert.deepEqual(result, { valid: true })
-  assert.equal(validator.version, '3.1')
-})
-
-test("the served POST /plants, its schemas and its security are the seed's", async (t) => {
-  const server = await startServer(t)
-  const doc = (await call(server, 'GET', '/openapi.json', { token: null })).body
-  for (const name of ['Plant', 'NewPlant', 'Error'] as const) {
-    assert.deepEqual(shape(doc, doc.components.schemas[name]), { ...seed[name], required: [...seed[name].required].sort() }, name)
-  }
-  const operation = doc.paths['/plants'].post
-  assert.equal(operation.parameters, undefined, 'no path or query parameters')
-  assert.equal(operation.requestBody.required, true)
-  assert.deepEqual(Object.keys(operation.requestBody.content), ['application/json'])
-  assert.deepEqual(shape(doc, operation.requestBody.content['application/json'].schema), shape(doc, doc.components.schemas.NewPlant))
-  assert.deepEqual(Object.keys(operation.responses).sort(), ['200', '400'])
-  assert.deepEqual(shape(doc, operation.responses['200'].content['application/json'].schema), shape(doc, doc.components.schemas.Plant))
-  assert.deepEqual(shape(doc, operation.responses['400'].content['application/json'].schema), shape(doc, doc.components.schemas.Error))
-  const security = operation.security ?? doc.security
-  assert.deepEqual(security, [{ bearerAuth: [] }])
-  assert.deepEqual(doc.components.securitySchemes.bearerAuth, { type: 'http', scheme: 'bearer' })
-})
-
 // POST /plants as published, word for word. Its summary and tag are documentation that the lint
 // rules ask of every operation (and that client generators group by); they change no contract.
 const publishedAddPlant = {
@@ -70,15 +38,6 @@ const publishedAddPlant = {
   }
 }
 
-test('the served POST /plants is the published operation exactly: nothing reworded, only a summary and a tag added', async (t) => {
-  const server = await startServer(t)
-  const doc = (await call(server, 'GET', '/openapi.json', { token: null })).body
-  const { summary, tags, ...contract } = doc.paths['/plants'].post
-  assert.deepEqual(contract, publishedAddPlant)
-  assert.equal(summary, 'Create a plant')
-  assert.deepEqual(tags, ['plants'])
-})
-
 /** Every operation but the seed's, as `METHOD path` and the operation. */
 function ownOperations (doc: Schema): Array<[string, Schema]> {
   return Object.entries(doc.paths as Schema).flatMap(([path, item]: [string, Schema]) =>
@@ -86,36 +45,78 @@ function ownOperations (doc: Schema): Array<[string, Schema]> {
     .filter(([name]) => name !== 'POST /plants')
 }
 
-test('every operation has a summary and a tag the document defines', async (t) => {
-  const server = await startServer(t)
-  const doc = (await call(server, 'GET', '/openapi.json', { token: null })).body
-  assert.ok(Array.isArray(doc.tags), 'the document defines its tags')
-  const defined = (doc.tags as Schema[]).map(tag => tag.name)
-  const operations = [...ownOperations(doc), ['POST /plants', doc.paths['/plants'].post] as [string, Schema]]
-  assert.ok(operations.length >= 8, 'the seed\'s, the extensions, the probes and the document are there')
-  for (const [name, operation] of operations) {
-    assert.equal(typeof operation.summary, 'string', `${name} has a summary`)
-    assert.ok(operation.summary.length > 0, `${name} has a summary`)
-    assert.ok(Array.isArray(operation.tags) && operation.tags.length > 0, `${name} has tags`)
-    for (const tag of operation.tags) assert.ok(defined.includes(tag), `${name}: tag ${tag} is defined`)
-  }
-})
+// The document does not depend on the store; each store's server serves it all the same.
+for (const store of testStores()) {
+  describe(store, () => {
+    test('the served document, which needs no token', async (t) => {
+      const server = await startServer(t, { store })
+      const answer = await call(server, 'GET', '/openapi.json', { token: null })
+      assert.equal(answer.status, 200, 'served without a token')
+      const doc: Schema = answer.body
 
-test('our operations\' 401, 405, 429 and 503 answers declare WWW-Authenticate, Allow and Retry-After', async (t) => {
-  const server = await startServer(t)
-  const doc = (await call(server, 'GET', '/openapi.json', { token: null })).body
-  const required: Record<string, string> = { 401: 'WWW-Authenticate', 405: 'Allow', 429: 'Retry-After', 503: 'Retry-After' }
-  for (const [name, operation] of ownOperations(doc)) {
-    const secured = (operation.security ?? doc.security).length > 0
-    const expected = secured ? ['401', '405', '429', '503'] : ['405']
-    for (const status of expected) assert.ok(operation.responses[status] !== undefined, `${name} lists ${status}`)
-    for (const [status, answer] of Object.entries(operation.responses as Schema)) {
-      const header = required[status]
-      if (header === undefined) continue
-      const headers = resolve(doc, answer).headers ?? {}
-      assert.ok(headers[header] !== undefined, `${name} ${status} declares ${header}`)
-      assert.ok(resolve(doc, headers[header]).schema !== undefined, `${name} ${status}: ${header} has a schema`)
-    }
-  }
-  assert.ok(doc.paths['/plants'].get.responses['200'].headers.Link !== undefined, 'GET /plants 200 declares Link')
-})
+      await t.test('is valid OpenAPI 3.1.0, version 1.0.0, MIT', async () => {
+        assert.equal(doc.openapi, '3.1.0')
+        assert.equal(doc.info.version, '1.0.0')
+        assert.equal(doc.info.license.identifier, 'MIT')
+        const validator = new Validator()
+        const result = await validator.validate(doc)
+        assert.deepEqual(result, { valid: true })
+        assert.equal(validator.version, '3.1')
+      })
+
+      await t.test("the served POST /plants, its schemas and its security are the seed's", () => {
+        for (const name of ['Plant', 'NewPlant', 'Error'] as const) {
+          assert.deepEqual(shape(doc, doc.components.schemas[name]), { ...seed[name], required: [...seed[name].required].sort() }, name)
+        }
+        const operation = doc.paths['/plants'].post
+        assert.equal(operation.parameters, undefined, 'no path or query parameters')
+        assert.equal(operation.requestBody.required, true)
+        assert.deepEqual(Object.keys(operation.requestBody.content), ['application/json'])
+        assert.deepEqual(shape(doc, operation.requestBody.content['application/json'].schema), shape(doc, doc.components.schemas.NewPlant))
+        assert.deepEqual(Object.keys(operation.responses).sort(), ['200', '400'])
+        assert.deepEqual(shape(doc, operation.responses['200'].content['application/json'].schema), shape(doc, doc.components.schemas.Plant))
+        assert.deepEqual(shape(doc, operation.responses['400'].content['application/json'].schema), shape(doc, doc.components.schemas.Error))
+        const security = operation.security ?? doc.security
+        assert.deepEqual(security, [{ bearerAuth: [] }])
+        assert.deepEqual(doc.components.securitySchemes.bearerAuth, { type: 'http', scheme: 'bearer' })
+      })
+
+      await t.test('the served POST /plants is the published operation exactly: nothing reworded, only a summary and a tag added', () => {
+        const { summary, tags, ...contract } = doc.paths['/plants'].post
+        assert.deepEqual(contract, publishedAddPlant)
+        assert.equal(summary, 'Create a plant')
+        assert.deepEqual(tags, ['plants'])
+      })
+
+      await t.test('every operation has a summary and a tag the document defines', () => {
+        assert.ok(Array.isArray(doc.tags), 'the document defines its tags')
+        const defined = (doc.tags as Schema[]).map(tag => tag.name)
+        const operations = [...ownOperations(doc), ['POST /plants', doc.paths['/plants'].post] as [string, Schema]]
+        assert.ok(operations.length >= 8, 'the seed\'s, the extensions, the probes and the document are there')
+        for (const [name, operation] of operations) {
+          assert.equal(typeof operation.summary, 'string', `${name} has a summary`)
+          assert.ok(operation.summary.length > 0, `${name} has a summary`)
+          assert.ok(Array.isArray(operation.tags) && operation.tags.length > 0, `${name} has tags`)
+          for (const tag of operation.tags) assert.ok(defined.includes(tag), `${name}: tag ${tag} is defined`)
+        }
+      })
+
+      await t.test('our operations\' 401, 405, 429 and 503 answers declare WWW-Authenticate, Allow and Retry-After', () => {
+        const required: Record<string, string> = { 401: 'WWW-Authenticate', 405: 'Allow', 429: 'Retry-After', 503: 'Retry-After' }
+        for (const [name, operation] of ownOperations(doc)) {
+          const secured = (operation.security ?? doc.security).length > 0
+          const expected = secured ? ['401', '405', '429', '503'] : ['405']
+          for (const status of expected) assert.ok(operation.responses[status] !== undefined, `${name} lists ${status}`)
+          for (const [status, answer] of Object.entries(operation.responses as Schema)) {
+            const header = required[status]
+            if (header === undefined) continue
+            const headers = resolve(doc, answer).headers ?? {}
+            assert.ok(headers[header] !== undefined, `${name} ${status} declares ${header}`)
+            assert.ok(resolve(doc, headers[header]).schema !== undefined, `${name} ${status}: ${header} has a schema`)
+          }
+        }
+        assert.ok(doc.paths['/plants'].get.responses['200'].headers.Link !== undefined, 'GET /plants 200 declares Link')
+      })
+    })
+  })
+}

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict'
-import { test } from 'node:test'
-import { call, isErrorBody, startServer, type Server } from '../helpers.js'
+import { describe, test } from 'node:test'
+import { call, isErrorBody, startServer, testStores, type Server } from '../helpers.js'
 import { isRawErrorBody, parseRaw, rawExchange } from '../raw.js'
 
 /** The server's warn lines (JSON on stdout) that refused a request, after a moment for the log to flush. */
@@ -9,207 +9,211 @@ async function refusals (server: Server): Promise<Array<Record<string, unknown>>
   return server.stdout().trim().split('\n').filter(line => line !== '').map(line => JSON.parse(line)).filter(line => line.level === 40)
 }
 
-test('failures before routing answer the Error body and are logged at warn with their reason, never a header value', async (t) => {
-  const server = await startServer(t)
-  const auth = `Authorization: Bearer ${server.token}\r\n`
-  const cases: Array<[string, string, number, string]> = [
-    ['a path parameter over 100 characters', `GET /plants/${'1'.repeat(101)} HTTP/1.1\r\nHost: x\r\n${auth}\r\n`, 414, 'pathTooLong'],
-    ['bad percent-encoding', `GET /plants/%zz HTTP/1.1\r\nHost: x\r\n${auth}\r\n`, 400, 'badPath'],
-    ['no Host', `GET /plants/1 HTTP/1.1\r\n${auth}\r\n`, 400, 'missingHost'],
-    ['an Expect other than 100-continue', `POST /plants HTTP/1.1\r\nHost: x\r\nExpect: 200-ok\r\n${auth}Content-Type: application/json\r\nContent-Length: 21\r\n\r\n`, 417, 'expectationFailed'],
-    ['headers over the limit', `GET /plants HTTP/1.1\r\nHost: x\r\nX-Big: ${'b'.repeat(20_000)}\r\n\r\n`, 431, 'headersTooLarge'],
-    ['malformed HTTP', 'NOT HTTP AT ALL\r\n\r\n', 400, 'badRequest']
-  ]
-  for (const [what, bytes, status, reason] of cases) {
-    const { text } = await rawExchange(server, bytes, { waitMs: 1000 })
-    assert.ok(isRawErrorBody(text, status), `${what}: ${text}`)
-    const logged = (await refusals(server)).filter(line => line.reason === reason)
-    assert.equal(logged.length, 1, `${what}: one warn line with reason ${reason}`)
-    assert.equal(logged[0].status, status)
-  }
-  assert.doesNotMatch(server.stdout(), /pst_|Bearer|bbbbbbbb|200-ok/, 'no token and no header value in the log')
-  assert.equal((await call(server, 'GET', '/healthz', { token: null })).status, 200)
-})
+for (const store of testStores()) {
+  describe(store, () => {
+    test('failures before routing answer the Error body and are logged at warn with their reason, never a header value', async (t) => {
+      const server = await startServer(t, { store })
+      const auth = `Authorization: Bearer ${server.token}\r\n`
+      const cases: Array<[string, string, number, string]> = [
+        ['a path parameter over 100 characters', `GET /plants/${'1'.repeat(101)} HTTP/1.1\r\nHost: x\r\n${auth}\r\n`, 414, 'pathTooLong'],
+        ['bad percent-encoding', `GET /plants/%zz HTTP/1.1\r\nHost: x\r\n${auth}\r\n`, 400, 'badPath'],
+        ['no Host', `GET /plants/1 HTTP/1.1\r\n${auth}\r\n`, 400, 'missingHost'],
+        ['an Expect other than 100-continue', `POST /plants HTTP/1.1\r\nHost: x\r\nExpect: 200-ok\r\n${auth}Content-Type: application/json\r\nContent-Length: 21\r\n\r\n`, 417, 'expectationFailed'],
+        ['headers over the limit', `GET /plants HTTP/1.1\r\nHost: x\r\nX-Big: ${'b'.repeat(20_000)}\r\n\r\n`, 431, 'headersTooLarge'],
+        ['malformed HTTP', 'NOT HTTP AT ALL\r\n\r\n', 400, 'badRequest']
+      ]
+      for (const [what, bytes, status, reason] of cases) {
+        const { text } = await rawExchange(server, bytes, { waitMs: 1000 })
+        assert.ok(isRawErrorBody(text, status), `${what}: ${text}`)
+        const logged = (await refusals(server)).filter(line => line.reason === reason)
+        assert.equal(logged.length, 1, `${what}: one warn line with reason ${reason}`)
+        assert.equal(logged[0].status, status)
+      }
+      assert.doesNotMatch(server.stdout(), /pst_|Bearer|bbbbbbbb|200-ok/, 'no token and no header value in the log')
+      assert.equal((await call(server, 'GET', '/healthz', { token: null })).status, 200)
+    })
 
-test('a request whose body stops arriving is answered 408 within REQUEST_TIMEOUT, its connection closed, nothing stored', async (t) => {
-  const server = await startServer(t, { env: { REQUEST_TIMEOUT: '2' } })
-  const body = '{"id": 408, "name": "Slow"}'
-  const head = `POST /plants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${server.token}\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n`
-  const answer = await rawExchange(server, head + body.slice(0, 10), { waitMs: 5000 })
-  assert.ok(isRawErrorBody(answer.text, 408), answer.text)
-  assert.ok(answer.closed, 'the server closed the connection')
-  assert.ok(answer.ms >= 1700 && answer.ms <= 2100, `answered after ${answer.ms} ms, not just before 2000`)
-  assert.equal((await call(server, 'GET', '/plants/408')).status, 404)
-})
+    test('a request whose body stops arriving is answered 408 within REQUEST_TIMEOUT, its connection closed, nothing stored', async (t) => {
+      const server = await startServer(t, { store, env: { REQUEST_TIMEOUT: '2' } })
+      const body = '{"id": 408, "name": "Slow"}'
+      const head = `POST /plants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${server.token}\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n`
+      const answer = await rawExchange(server, head + body.slice(0, 10), { waitMs: 5000 })
+      assert.ok(isRawErrorBody(answer.text, 408), answer.text)
+      assert.ok(answer.closed, 'the server closed the connection')
+      assert.ok(answer.ms >= 1700 && answer.ms <= 2100, `answered after ${answer.ms} ms, not just before 2000`)
+      assert.equal((await call(server, 'GET', '/plants/408')).status, 404)
+    })
 
-test('a request whose headers stop arriving, and a connection that sends nothing, are closed within REQUEST_TIMEOUT', async (t) => {
-  const server = await startServer(t, { env: { REQUEST_TIMEOUT: '2' } })
-  const headers = await rawExchange(server, 'GET /plants HTTP/1.1\r\nHost: x\r\n', { waitMs: 5000 })
-  assert.ok(isRawErrorBody(headers.text, 408), headers.text)
-  assert.ok(headers.closed && headers.ms <= 2100, `closed after ${headers.ms} ms`)
-  const silent = await rawExchange(server, '', { waitMs: 5000 })
-  assert.ok(silent.closed && silent.ms <= 2100, `closed after ${silent.ms} ms`)
-})
+    test('a request whose headers stop arriving, and a connection that sends nothing, are closed within REQUEST_TIMEOUT', async (t) => {
+      const server = await startServer(t, { store, env: { REQUEST_TIMEOUT: '2' } })
+      const headers = await rawExchange(server, 'GET /plants HTTP/1.1\r\nHost: x\r\n', { waitMs: 5000 })
+      assert.ok(isRawErrorBody(headers.text, 408), headers.text)
+      assert.ok(headers.closed && headers.ms <= 2100, `closed after ${headers.ms} ms`)
+      const silent = await rawExchange(server, '', { waitMs: 5000 })
+      assert.ok(silent.closed && silent.ms <= 2100, `closed after ${silent.ms} ms`)
+    })
 
-test('a request trickling in slower than REQUEST_TIMEOUT allows is cut off, however steadily it trickles', async (t) => {
-  const server = await startServer(t, { env: { REQUEST_TIMEOUT: '1' } })
-  const head = `GET /plants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${server.token}\r\n`
-  const trickle = Array.from({ length: 30 }, (_, i) => `X-Drip-${i}: ${i}\r\n`)
-  const answer = await rawExchange(server, [head, ...trickle, '\r\n'], { gapMs: 100, waitMs: 5000 })
-  assert.ok(isRawErrorBody(answer.text, 408), answer.text)
-  assert.ok(answer.ms < 2500, `answered after ${answer.ms} ms`)
-})
+    test('a request trickling in slower than REQUEST_TIMEOUT allows is cut off, however steadily it trickles', async (t) => {
+      const server = await startServer(t, { store, env: { REQUEST_TIMEOUT: '1' } })
+      const head = `GET /plants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${server.token}\r\n`
+      const trickle = Array.from({ length: 30 }, (_, i) => `X-Drip-${i}: ${i}\r\n`)
+      const answer = await rawExchange(server, [head, ...trickle, '\r\n'], { gapMs: 100, waitMs: 5000 })
+      assert.ok(isRawErrorBody(answer.text, 408), answer.text)
+      assert.ok(answer.ms < 2500, `answered after ${answer.ms} ms`)
+    })
 
-test('the server announces its bound on idle keep-alive connections (72 s: waiting it out is too slow for a test)', async (t) => {
-  const server = await startServer(t)
-  const answer = await call(server, 'GET', '/healthz', { token: null })
-  assert.equal(answer.headers.get('keep-alive'), 'timeout=72')
-})
+    test('the server announces its bound on idle keep-alive connections (72 s: waiting it out is too slow for a test)', async (t) => {
+      const server = await startServer(t, { store })
+      const answer = await call(server, 'GET', '/healthz', { token: null })
+      assert.equal(answer.headers.get('keep-alive'), 'timeout=72')
+    })
 
-test('bodies: one reading of JSON, text stored exactly or refused', async (t) => {
-  const server = await startServer(t)
+    test('bodies: one reading of JSON, text stored exactly or refused', async (t) => {
+      const server = await startServer(t, { store })
 
-  await t.test('a key given twice is 400 whatever else the body holds, and nothing is stored', async () => {
-    for (const raw of ['{"id":1,"name":"a","name":"b"}', '{"id":1.0,"name":"a","name":"b"}', '{"id":1,"name":"a","name":"a"}', '{"id":1,"id":1,"name":"a"}']) {
-      const answer = await call(server, 'POST', '/plants', { raw })
-      assert.ok(isErrorBody(answer, 400), `${raw}: ${answer.text}`)
-      assert.match(answer.body.message, /twice/)
-    }
-    assert.equal((await call(server, 'GET', '/plants/1')).status, 404)
+      await t.test('a key given twice is 400 whatever else the body holds, and nothing is stored', async () => {
+        for (const raw of ['{"id":1,"name":"a","name":"b"}', '{"id":1.0,"name":"a","name":"b"}', '{"id":1,"name":"a","name":"a"}', '{"id":1,"id":1,"name":"a"}']) {
+          const answer = await call(server, 'POST', '/plants', { raw })
+          assert.ok(isErrorBody(answer, 400), `${raw}: ${answer.text}`)
+          assert.match(answer.body.message, /twice/)
+        }
+        assert.equal((await call(server, 'GET', '/plants/1')).status, 404)
+      })
+
+      await t.test('nesting deeper than the bound is 400', async () => {
+        const answer = await call(server, 'POST', '/plants', { raw: `{"id":2,"name":"deep","x":${'['.repeat(5000)}${']'.repeat(5000)}}` })
+        assert.ok(isErrorBody(answer, 400), answer.text)
+        assert.match(answer.body.message, /deeper/)
+      })
+
+      await t.test('a lone surrogate is 400 and nothing is stored', async () => {
+        for (const raw of ['{"id":3,"name":"\\ud800"}', '{"id":3,"name":"ok","tag":"\\udfff"}']) {
+          const answer = await call(server, 'POST', '/plants', { raw })
+          assert.ok(isErrorBody(answer, 400), `${raw}: ${answer.text}`)
+          assert.match(answer.body.message, /surrogate/)
+        }
+        assert.equal((await call(server, 'GET', '/plants/3')).status, 404)
+      })
+
+      await t.test('invalid UTF-8 is 400 and nothing is stored', async () => {
+        for (const bytes of [[0xff, 0xfe], [0xc3], [0xed, 0xa0, 0x80], [0xc0, 0xaf]]) {
+          const raw = Buffer.concat([Buffer.from('{"id":4,"name":"'), Buffer.from(bytes), Buffer.from('"}')])
+          const res = await fetch(`${server.url}/plants`, { method: 'POST', headers: { authorization: `Bearer ${server.token}`, 'content-type': 'application/json' }, body: raw })
+          const text = await res.text()
+          assert.equal(res.status, 400, `${bytes.join()}: ${text}`)
+          assert.match(JSON.parse(text).message, /UTF-8/)
+        }
+        assert.equal((await call(server, 'GET', '/plants/4')).status, 404)
+      })
+
+      await t.test('a charset other than UTF-8 is 415; UTF-8 named any usual way is fine', async () => {
+        for (const type of ['application/json; charset=iso-8859-1', 'application/json;charset="windows-1252"', 'application/json; charset=utf-16']) {
+          const answer = await call(server, 'POST', '/plants', { raw: '{"id":5,"name":"caf\u00e9"}', headers: { 'content-type': type } })
+          assert.ok(isErrorBody(answer, 415), `${type}: ${answer.text}`)
+        }
+        assert.equal((await call(server, 'GET', '/plants/5')).status, 404)
+        for (const [id, type] of [[6, 'application/json; charset=UTF-8'], [7, 'application/json;charset="utf-8"'], [8, 'application/json; charset=utf8']] as const) {
+          assert.equal((await call(server, 'POST', '/plants', { raw: `{"id":${id},"name":"x"}`, headers: { 'content-type': type } })).status, 200, type)
+        }
+      })
+
+      await t.test('a compressed body is 415: bodies are read as sent', async () => {
+        const answer = await call(server, 'POST', '/plants', { raw: '{"id":10,"name":"x"}', headers: { 'content-encoding': 'gzip' } })
+        assert.ok(isErrorBody(answer, 415), answer.text)
+        assert.match(answer.body.message, /Content-Encoding/)
+        assert.equal((await call(server, 'GET', '/plants/10')).status, 404)
+      })
+
+      await t.test('astral characters round-trip exactly, and their retry is a safe 200', async () => {
+        const plant = { id: 9, name: 'Fern 🌿 𝔉𝔢𝔯𝔫', tag: '🪴' }
+        const escaped = '{"id":9,"name":"Fern \\ud83c\\udf3f \\ud835\\udd09\\ud835\\udd22\\ud835\\udd2f\\ud835\\udd2b","tag":"\\ud83e\\udeb4"}'
+        const first = await call(server, 'POST', '/plants', { body: plant })
+        assert.equal(first.status, 200, first.text)
+        assert.deepEqual(first.body, { name: plant.name, tag: plant.tag })
+        const retry = await call(server, 'POST', '/plants', { raw: escaped })
+        assert.equal(retry.status, 200, 'the same text, escaped, is the same plant: ' + retry.text)
+        assert.deepEqual((await call(server, 'GET', '/plants/9')).body, plant)
+      })
+    })
+
+    test('headers and query: Authorization once, query parameters strict, a content type without a body ignored', async (t) => {
+      const server = await startServer(t, { store })
+      await call(server, 'POST', '/plants', { body: { id: 1, name: 'Fern', tag: 'shade' } })
+
+      await t.test('Authorization sent twice is 400, even when both carry the same valid token', async () => {
+        const auth = `Authorization: Bearer ${server.token}\r\n`
+        for (const second of [auth, 'authorization: Bearer pst_' + 'x'.repeat(43) + '\r\n']) {
+          const { text } = await rawExchange(server, `GET /plants/1 HTTP/1.1\r\nHost: x\r\n${auth}${second}Connection: close\r\n\r\n`)
+          assert.ok(isRawErrorBody(text, 400), text)
+          assert.match(parseRaw(text).body.message, /Authorization/)
+        }
+      })
+
+      await t.test('Host or Content-Type sent twice is 400 naming the header, and nothing is stored', async () => {
+        const body = '{"id":77,"name":"Twice"}'
+        for (const [name, head] of [
+          ['Host', 'GET /healthz HTTP/1.1\r\nHost: a\r\nHost: b\r\n'],
+          ['Content-Type', `POST /plants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${server.token}\r\nContent-Type: application/json\r\nContent-Type: text/plain\r\nContent-Length: ${body.length}\r\n`]
+        ]) {
+          const { text } = await rawExchange(server, `${head}Connection: close\r\n\r\n${name === 'Host' ? '' : body}`)
+          assert.ok(isRawErrorBody(text, 400), text)
+          assert.match(parseRaw(text).body.message, new RegExp(`The ${name} header was sent more than once`))
+        }
+        assert.equal((await call(server, 'GET', '/plants/77')).status, 404)
+      })
+
+      await t.test('unknown, repeated, array-shaped and non-decimal query parameters are 400 naming the parameter', async () => {
+        const cases: Array<[string, string]> = [
+          ['/plants?tags=shade', 'tags'], ['/plants?tag[]=shade', 'tag[]'], ['/plants?tag=shade&tag=sun', 'tag'],
+          ['/plants?limit=1e2', 'limit'], ['/plants?limit=%20%201', 'limit'], ['/plants?limit=0x10', 'limit'], ['/plants?limit=', 'limit'],
+          ['/plants?limit=1&limit=2', 'limit'], ['/plants?after=1.0', 'after'], ['/plants?after=+1', 'after'], ['/plants?after=9223372036854775808', 'after'],
+          ['/plants/1?verbose=1', 'verbose']
+        ]
+        for (const [path, name] of cases) {
+          const answer = await call(server, 'GET', path)
+          assert.ok(isErrorBody(answer, 400), `${path}: ${answer.status} ${answer.text}`)
+          assert.ok(answer.body.message.includes('`' + name + '`'), `${path}: ${answer.body.message}`)
+        }
+        const post = await call(server, 'POST', '/plants?dryRun=true', { body: { id: 2, name: 'x' } })
+        assert.ok(isErrorBody(post, 400) && post.body.message.includes('`dryRun`'), post.text)
+        assert.equal((await call(server, 'GET', '/plants/2')).status, 404, 'the refused POST stored nothing')
+      })
+
+      await t.test('a query string with bad percent-encoding is 400, as a path is', async () => {
+        for (const path of ['/plants?tag=%zz', '/plants?tag=%ff', '/plants?tag=%', '/plants/1?%C0%AF=1']) {
+          const answer = await call(server, 'GET', path)
+          assert.ok(isErrorBody(answer, 400), `${path}: ${answer.status} ${answer.text}`)
+          assert.match(answer.body.message, /query string/)
+        }
+        assert.deepEqual((await call(server, 'GET', '/plants?tag=sh%61de')).body, [{ id: 1, name: 'Fern', tag: 'shade' }], 'good escapes still decode')
+      })
+
+      await t.test('well-formed query parameters still work', async () => {
+        assert.deepEqual((await call(server, 'GET', '/plants?limit=5&tag=shade&after=-9223372036854775808')).body, [{ id: 1, name: 'Fern', tag: 'shade' }])
+        assert.equal((await call(server, 'GET', '/plants?limit=1000')).status, 200)
+        assert.equal((await call(server, 'GET', '/plants?limit=1001')).status, 400)
+      })
+
+      await t.test('DELETE and GET with a content type but no body are ordinary requests', async () => {
+        for (const type of ['application/json', 'text/plain']) {
+          const get = await call(server, 'GET', '/plants/1', { headers: { 'content-type': type } })
+          assert.equal(get.status, 200, `GET with ${type}: ${get.text}`)
+        }
+        const { text } = await rawExchange(server, `DELETE /plants/1 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${server.token}\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n`)
+        assert.match(text, /^HTTP\/1\.1 204 /, text)
+        const again = await call(server, 'DELETE', '/plants/1', { headers: { 'content-type': 'text/plain', 'content-length': '0' } })
+        assert.ok(isErrorBody(again, 404), again.text)
+      })
+
+      await t.test('DELETE ignores an empty chunked body, and any body it is sent, whatever its content type', async () => {
+        for (const [id, type, chunked] of [[11, 'application/json', '0\r\n\r\n'], [12, undefined, '0\r\n\r\n'], [13, 'text/plain', '5\r\nhello\r\n0\r\n\r\n']] as const) {
+          assert.equal((await call(server, 'POST', '/plants', { body: { id, name: 'Gone soon' } })).status, 200)
+          const type_ = type === undefined ? '' : `Content-Type: ${type}\r\n`
+          const { text } = await rawExchange(server, `DELETE /plants/${id} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${server.token}\r\n${type_}Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n${chunked}`)
+          assert.match(text, /^HTTP\/1\.1 204 /, `${type ?? 'no type'}: ${text}`)
+          assert.equal((await call(server, 'GET', `/plants/${id}`)).status, 404)
+        }
+      })
+    })
   })
-
-  await t.test('nesting deeper than the bound is 400', async () => {
-    const answer = await call(server, 'POST', '/plants', { raw: `{"id":2,"name":"deep","x":${'['.repeat(5000)}${']'.repeat(5000)}}` })
-    assert.ok(isErrorBody(answer, 400), answer.text)
-    assert.match(answer.body.message, /deeper/)
-  })
-
-  await t.test('a lone surrogate is 400 and nothing is stored', async () => {
-    for (const raw of ['{"id":3,"name":"\\ud800"}', '{"id":3,"name":"ok","tag":"\\udfff"}']) {
-      const answer = await call(server, 'POST', '/plants', { raw })
-      assert.ok(isErrorBody(answer, 400), `${raw}: ${answer.text}`)
-      assert.match(answer.body.message, /surrogate/)
-    }
-    assert.equal((await call(server, 'GET', '/plants/3')).status, 404)
-  })
-
-  await t.test('invalid UTF-8 is 400 and nothing is stored', async () => {
-    for (const bytes of [[0xff, 0xfe], [0xc3], [0xed, 0xa0, 0x80], [0xc0, 0xaf]]) {
-      const raw = Buffer.concat([Buffer.from('{"id":4,"name":"'), Buffer.from(bytes), Buffer.from('"}')])
-      const res = await fetch(`${server.url}/plants`, { method: 'POST', headers: { authorization: `Bearer ${server.token}`, 'content-type': 'application/json' }, body: raw })
-      const text = await res.text()
-      assert.equal(res.status, 400, `${bytes.join()}: ${text}`)
-      assert.match(JSON.parse(text).message, /UTF-8/)
-    }
-    assert.equal((await call(server, 'GET', '/plants/4')).status, 404)
-  })
-
-  await t.test('a charset other than UTF-8 is 415; UTF-8 named any usual way is fine', async () => {
-    for (const type of ['application/json; charset=iso-8859-1', 'application/json;charset="windows-1252"', 'application/json; charset=utf-16']) {
-      const answer = await call(server, 'POST', '/plants', { raw: '{"id":5,"name":"caf\u00e9"}', headers: { 'content-type': type } })
-      assert.ok(isErrorBody(answer, 415), `${type}: ${answer.text}`)
-    }
-    assert.equal((await call(server, 'GET', '/plants/5')).status, 404)
-    for (const [id, type] of [[6, 'application/json; charset=UTF-8'], [7, 'application/json;charset="utf-8"'], [8, 'application/json; charset=utf8']] as const) {
-      assert.equal((await call(server, 'POST', '/plants', { raw: `{"id":${id},"name":"x"}`, headers: { 'content-type': type } })).status, 200, type)
-    }
-  })
-
-  await t.test('a compressed body is 415: bodies are read as sent', async () => {
-    const answer = await call(server, 'POST', '/plants', { raw: '{"id":10,"name":"x"}', headers: { 'content-encoding': 'gzip' } })
-    assert.ok(isErrorBody(answer, 415), answer.text)
-    assert.match(answer.body.message, /Content-Encoding/)
-    assert.equal((await call(server, 'GET', '/plants/10')).status, 404)
-  })
-
-  await t.test('astral characters round-trip exactly, and their retry is a safe 200', async () => {
-    const plant = { id: 9, name: 'Fern 🌿 𝔉𝔢𝔯𝔫', tag: '🪴' }
-    const escaped = '{"id":9,"name":"Fern \\ud83c\\udf3f \\ud835\\udd09\\ud835\\udd22\\ud835\\udd2f\\ud835\\udd2b","tag":"\\ud83e\\udeb4"}'
-    const first = await call(server, 'POST', '/plants', { body: plant })
-    assert.equal(first.status, 200, first.text)
-    assert.deepEqual(first.body, { name: plant.name, tag: plant.tag })
-    const retry = await call(server, 'POST', '/plants', { raw: escaped })
-    assert.equal(retry.status, 200, 'the same text, escaped, is the same plant: ' + retry.text)
-    assert.deepEqual((await call(server, 'GET', '/plants/9')).body, plant)
-  })
-})
-
-test('headers and query: Authorization once, query parameters strict, a content type without a body ignored', async (t) => {
-  const server = await startServer(t)
-  await call(server, 'POST', '/plants', { body: { id: 1, name: 'Fern', tag: 'shade' } })
-
-  await t.test('Authorization sent twice is 400, even when both carry the same valid token', async () => {
-    const auth = `Authorization: Bearer ${server.token}\r\n`
-    for (const second of [auth, 'authorization: Bearer pst_' + 'x'.repeat(43) + '\r\n']) {
-      const { text } = await rawExchange(server, `GET /plants/1 HTTP/1.1\r\nHost: x\r\n${auth}${second}Connection: close\r\n\r\n`)
-      assert.ok(isRawErrorBody(text, 400), text)
-      assert.match(parseRaw(text).body.message, /Authorization/)
-    }
-  })
-
-  await t.test('Host or Content-Type sent twice is 400 naming the header, and nothing is stored', async () => {
-    const body = '{"id":77,"name":"Twice"}'
-    for (const [name, head] of [
-      ['Host', 'GET /healthz HTTP/1.1\r\nHost: a\r\nHost: b\r\n'],
-      ['Content-Type', `POST /plants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${server.token}\r\nContent-Type: application/json\r\nContent-Type: text/plain\r\nContent-Length: ${body.length}\r\n`]
-    ]) {
-      const { text } = await rawExchange(server, `${head}Connection: close\r\n\r\n${name === 'Host' ? '' : body}`)
-      assert.ok(isRawErrorBody(text, 400), text)
-      assert.match(parseRaw(text).body.message, new RegExp(`The ${name} header was sent more than once`))
-    }
-    assert.equal((await call(server, 'GET', '/plants/77')).status, 404)
-  })
-
-  await t.test('unknown, repeated, array-shaped and non-decimal query parameters are 400 naming the parameter', async () => {
-    const cases: Array<[string, string]> = [
-      ['/plants?tags=shade', 'tags'], ['/plants?tag[]=shade', 'tag[]'], ['/plants?tag=shade&tag=sun', 'tag'],
-      ['/plants?limit=1e2', 'limit'], ['/plants?limit=%20%201', 'limit'], ['/plants?limit=0x10', 'limit'], ['/plants?limit=', 'limit'],
-      ['/plants?limit=1&limit=2', 'limit'], ['/plants?after=1.0', 'after'], ['/plants?after=+1', 'after'], ['/plants?after=9223372036854775808', 'after'],
-      ['/plants/1?verbose=1', 'verbose']
-    ]
-    for (const [path, name] of cases) {
-      const answer = await call(server, 'GET', path)
-      assert.ok(isErrorBody(answer, 400), `${path}: ${answer.status} ${answer.text}`)
-      assert.ok(answer.body.message.includes('`' + name + '`'), `${path}: ${answer.body.message}`)
-    }
-    const post = await call(server, 'POST', '/plants?dryRun=true', { body: { id: 2, name: 'x' } })
-    assert.ok(isErrorBody(post, 400) && post.body.message.includes('`dryRun`'), post.text)
-    assert.equal((await call(server, 'GET', '/plants/2')).status, 404, 'the refused POST stored nothing')
-  })
-
-  await t.test('a query string with bad percent-encoding is 400, as a path is', async () => {
-    for (const path of ['/plants?tag=%zz', '/plants?tag=%ff', '/plants?tag=%', '/plants/1?%C0%AF=1']) {
-      const answer = await call(server, 'GET', path)
-      assert.ok(isErrorBody(answer, 400), `${path}: ${answer.status} ${answer.text}`)
-      assert.match(answer.body.message, /query string/)
-    }
-    assert.deepEqual((await call(server, 'GET', '/plants?tag=sh%61de')).body, [{ id: 1, name: 'Fern', tag: 'shade' }], 'good escapes still decode')
-  })
-
-  await t.test('well-formed query parameters still work', async () => {
-    assert.deepEqual((await call(server, 'GET', '/plants?limit=5&tag=shade&after=-9223372036854775808')).body, [{ id: 1, name: 'Fern', tag: 'shade' }])
-    assert.equal((await call(server, 'GET', '/plants?limit=1000')).status, 200)
-    assert.equal((await call(server, 'GET', '/plants?limit=1001')).status, 400)
-  })
-
-  await t.test('DELETE and GET with a content type but no body are ordinary requests', async () => {
-    for (const type of ['application/json', 'text/plain']) {
-      const get = await call(server, 'GET', '/plants/1', { headers: { 'content-type': type } })
-      assert.equal(get.status, 200, `GET with ${type}: ${get.text}`)
-    }
-    const { text } = await rawExchange(server, `DELETE /plants/1 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${server.token}\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n`)
-    assert.match(text, /^HTTP\/1\.1 204 /, text)
-    const again = await call(server, 'DELETE', '/plants/1', { headers: { 'content-type': 'text/plain', 'content-length': '0' } })
-    assert.ok(isErrorBody(again, 404), again.text)
-  })
-
-  await t.test('DELETE ignores an empty chunked body, and any body it is sent, whatever its content type', async () => {
-    for (const [id, type, chunked] of [[11, 'application/json', '0\r\n\r\n'], [12, undefined, '0\r\n\r\n'], [13, 'text/plain', '5\r\nhello\r\n0\r\n\r\n']] as const) {
-      assert.equal((await call(server, 'POST', '/plants', { body: { id, name: 'Gone soon' } })).status, 200)
-      const type_ = type === undefined ? '' : `Content-Type: ${type}\r\n`
-      const { text } = await rawExchange(server, `DELETE /plants/${id} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${server.token}\r\n${type_}Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n${chunked}`)
-      assert.match(text, /^HTTP\/1\.1 204 /, `${type ?? 'no type'}: ${text}`)
-      assert.equal((await call(server, 'GET', `/plants/${id}`)).status, 404)
-    }
-  })
-})
+}

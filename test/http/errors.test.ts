@@ -1,68 +1,72 @@
 import assert from 'node:assert/strict'
-import { test } from 'node:test'
-import { call, isErrorBody, startServer } from '../helpers.js'
+import { describe, test } from 'node:test'
+import { call, isErrorBody, startServer, testStores } from '../helpers.js'
 import { parseRaw, rawExchange } from '../raw.js'
 
-test('errors outside the happy path all carry the Error body', async (t) => {
-  const server = await startServer(t)
+for (const store of testStores()) {
+  describe(store, () => {
+    test('errors outside the happy path all carry the Error body', async (t) => {
+      const server = await startServer(t, { store })
 
-  await t.test('413 for a body over 64 KiB, and nothing is stored', async () => {
-    const answer = await call(server, 'POST', '/plants', { body: { id: 1, name: 'x', pad: 'p'.repeat(65 * 1024) } })
-    assert.ok(isErrorBody(answer, 413), answer.text)
-    assert.equal((await call(server, 'GET', '/plants/1')).status, 404)
-  })
+      await t.test('413 for a body over 64 KiB, and nothing is stored', async () => {
+        const answer = await call(server, 'POST', '/plants', { body: { id: 1, name: 'x', pad: 'p'.repeat(65 * 1024) } })
+        assert.ok(isErrorBody(answer, 413), answer.text)
+        assert.equal((await call(server, 'GET', '/plants/1')).status, 404)
+      })
 
-  await t.test('415 for a content type other than JSON', async () => {
-    for (const type of ['text/plain', 'application/x-www-form-urlencoded', 'application/xml']) {
-      const answer = await call(server, 'POST', '/plants', { raw: '{"id": 1, "name": "x"}', headers: { 'content-type': type } })
-      assert.ok(isErrorBody(answer, 415), `${type}: ${answer.status} ${answer.text}`)
-    }
-    const charset = await call(server, 'POST', '/plants', { raw: '{"id": 2, "name": "x"}', headers: { 'content-type': 'application/json; charset=utf-8' } })
-    assert.equal(charset.status, 200)
-  })
+      await t.test('415 for a content type other than JSON', async () => {
+        for (const type of ['text/plain', 'application/x-www-form-urlencoded', 'application/xml']) {
+          const answer = await call(server, 'POST', '/plants', { raw: '{"id": 1, "name": "x"}', headers: { 'content-type': type } })
+          assert.ok(isErrorBody(answer, 415), `${type}: ${answer.status} ${answer.text}`)
+        }
+        const charset = await call(server, 'POST', '/plants', { raw: '{"id": 2, "name": "x"}', headers: { 'content-type': 'application/json; charset=utf-8' } })
+        assert.equal(charset.status, 200)
+      })
 
-  await t.test('404 for an unknown route, with or without a token', async () => {
-    for (const token of [undefined, null]) {
-      assert.ok(isErrorBody(await call(server, 'GET', '/nothing-here', { token }), 404))
-      assert.ok(isErrorBody(await call(server, 'POST', '/plants/1/leaves', { token, body: {} }), 404))
-    }
-  })
+      await t.test('404 for an unknown route, with or without a token', async () => {
+        for (const token of [undefined, null]) {
+          assert.ok(isErrorBody(await call(server, 'GET', '/nothing-here', { token }), 404))
+          assert.ok(isErrorBody(await call(server, 'POST', '/plants/1/leaves', { token, body: {} }), 404))
+        }
+      })
 
-  await t.test('405 with Allow for a known path and an unknown method', async () => {
-    const answer = await call(server, 'PATCH', '/plants', { body: {} })
-    assert.ok(isErrorBody(answer, 405))
-    assert.equal(answer.headers.get('allow'), 'GET, HEAD, POST')
-    const one = await call(server, 'POST', '/plants/1', { body: {} })
-    assert.ok(isErrorBody(one, 405))
-    assert.equal(one.headers.get('allow'), 'GET, HEAD, PUT, DELETE')
-  })
+      await t.test('405 with Allow for a known path and an unknown method', async () => {
+        const answer = await call(server, 'PATCH', '/plants', { body: {} })
+        assert.ok(isErrorBody(answer, 405))
+        assert.equal(answer.headers.get('allow'), 'GET, HEAD, POST')
+        const one = await call(server, 'POST', '/plants/1', { body: {} })
+        assert.ok(isErrorBody(one, 405))
+        assert.equal(one.headers.get('allow'), 'GET, HEAD, PUT, DELETE')
+      })
 
-  await t.test('malformed HTTP is answered 400 with the Error body', async () => {
-    for (const bytes of ['NOT HTTP AT ALL\r\n\r\n', 'GET /plants HTTP/1.1\r\nHost: x\r\nBad Header Without Colon\r\n\r\n', 'POST /plants HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n']) {
-      const answer = parseRaw((await rawExchange(server, bytes)).text)
-      assert.equal(answer.status, 400, bytes)
-      assert.match(answer.headers, /content-type: application\/json/)
-      assert.deepEqual(Object.keys(answer.body).sort(), ['error', 'message'])
-      assert.equal(answer.body.error, 400)
-    }
-  })
+      await t.test('malformed HTTP is answered 400 with the Error body', async () => {
+        for (const bytes of ['NOT HTTP AT ALL\r\n\r\n', 'GET /plants HTTP/1.1\r\nHost: x\r\nBad Header Without Colon\r\n\r\n', 'POST /plants HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n']) {
+          const answer = parseRaw((await rawExchange(server, bytes)).text)
+          assert.equal(answer.status, 400, bytes)
+          assert.match(answer.headers, /content-type: application\/json/)
+          assert.deepEqual(Object.keys(answer.body).sort(), ['error', 'message'])
+          assert.equal(answer.body.error, 400)
+        }
+      })
 
-  await t.test('oversized headers are answered 431 with the Error body', async () => {
-    const answer = parseRaw((await rawExchange(server, `GET /plants HTTP/1.1\r\nHost: x\r\nX-Big: ${'b'.repeat(20_000)}\r\n\r\n`)).text)
-    assert.equal(answer.status, 431)
-    assert.equal(answer.body.error, 431)
-  })
+      await t.test('oversized headers are answered 431 with the Error body', async () => {
+        const answer = parseRaw((await rawExchange(server, `GET /plants HTTP/1.1\r\nHost: x\r\nX-Big: ${'b'.repeat(20_000)}\r\n\r\n`)).text)
+        assert.equal(answer.status, 431)
+        assert.equal(answer.body.error, 431)
+      })
 
-  await t.test('a body cut short is answered 400 with the Error body, and nothing is stored', async () => {
-    const body = '{"id": 3, "name": "cut"}'
-    const raw = await rawExchange(server, `POST /plants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${server.token}\r\nContent-Type: application/json\r\nContent-Length: ${body.length + 20}\r\n\r\n${body}`, { endWrite: true })
-    const answer = parseRaw(raw.text)
-    assert.equal(answer.status, 400)
-    assert.deepEqual(Object.keys(answer.body).sort(), ['error', 'message'])
-    assert.equal((await call(server, 'GET', '/plants/3')).status, 404)
-  })
+      await t.test('a body cut short is answered 400 with the Error body, and nothing is stored', async () => {
+        const body = '{"id": 3, "name": "cut"}'
+        const raw = await rawExchange(server, `POST /plants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${server.token}\r\nContent-Type: application/json\r\nContent-Length: ${body.length + 20}\r\n\r\n${body}`, { endWrite: true })
+        const answer = parseRaw(raw.text)
+        assert.equal(answer.status, 400)
+        assert.deepEqual(Object.keys(answer.body).sort(), ['error', 'message'])
+        assert.equal((await call(server, 'GET', '/plants/3')).status, 404)
+      })
 
-  await t.test('the server is still up and answering after all that', async () => {
-    assert.equal((await call(server, 'GET', '/healthz', { token: null })).status, 200)
+      await t.test('the server is still up and answering after all that', async () => {
+        assert.equal((await call(server, 'GET', '/healthz', { token: null })).status, 200)
+      })
+    })
   })
-})
+}

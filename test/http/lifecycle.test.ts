@@ -3,68 +3,119 @@ import { spawnSync } from 'node:child_process'
 import { chmodSync, mkdirSync, writeFileSync } from 'node:fs'
 import { connect, createServer, type AddressInfo } from 'node:net'
 import { join } from 'node:path'
-import { test } from 'node:test'
-import { call, cli, MAIN, startServer, tempDir } from '../helpers.js'
-
-test('GET /healthz and /readyz answer without a token', async (t) => {
-  const server = await startServer(t)
-  assert.deepEqual((await call(server, 'GET', '/healthz', { token: null })).body, { status: 'ok' })
-  assert.deepEqual((await call(server, 'GET', '/readyz', { token: null })).body, { status: 'ready' })
-})
-
-test('one JSON log line per request, with method, route, status, duration and request id, never a token', async (t) => {
-  const server = await startServer(t)
-  await call(server, 'POST', '/plants', { body: { id: 1, name: 'Fern' } })
-  await call(server, 'GET', '/plants/1')
-  await call(server, 'GET', '/plants/1', { token: 'pst_' + 'x'.repeat(43) })
-  await call(server, 'GET', '/nowhere')
-  await new Promise(resolve => setTimeout(resolve, 100))
-  const lines = server.stdout().trim().split('\n').map(line => JSON.parse(line))
-  const requests = lines.filter(line => line.msg === 'request')
-  assert.equal(requests.length, 4)
-  assert.deepEqual(requests.map(r => [r.method, r.route, r.status]), [['POST', '/plants', 200], ['GET', '/plants/:id', 200], ['GET', '/plants/:id', 401], ['GET', null, 404]])
-  for (const r of requests) {
-    assert.equal(typeof r.durationMs, 'number')
-    assert.match(r.reqId, /^[0-9a-f-]{36}$/)
-  }
-  assert.doesNotMatch(server.stdout(), /pst_|authorization|Bearer/i)
-})
-
-test('LOG_LEVEL=warn writes no request lines', async (t) => {
-  const server = await startServer(t, { env: { LOG_LEVEL: 'warn' } })
-  await call(server, 'POST', '/plants', { body: { id: 1, name: 'Fern' } })
-  await call(server, 'GET', '/plants/1')
-  await call(server, 'GET', '/nowhere')
-  await new Promise(resolve => setTimeout(resolve, 100))
-  assert.equal(server.stdout().trim(), '')
-})
-
-test('SIGTERM lets a request in flight finish, then exits 0', async (t) => {
-  const server = await startServer(t)
-  const { port } = new URL(server.url)
-  const body = '{"id": 5, "name": "Late bloomer"}'
-  const answer = new Promise<string>((resolve, reject) => {
-    const socket = connect(Number(port), '127.0.0.1')
-    let text = ''
-    socket.setEncoding('utf8').on('data', (chunk: string) => { text += chunk }).on('close', () => resolve(text)).on('error', reject)
-    // Headers and half the body now; the rest after SIGTERM has been sent.
-    socket.write(`POST /plants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${server.token}\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\nConnection: close\r\n\r\n${body.slice(0, 10)}`)
-    setTimeout(() => {
-      server.process.kill('SIGTERM')
-      setTimeout(() => socket.write(body.slice(10)), 300)
-    }, 200)
-  })
-  assert.match(await answer, /^HTTP\/1\.1 200 /)
-  assert.equal(await server.exited, 0)
-  const again = await startServer(t, { dir: server.dir, token: server.token })
-  assert.equal((await call(again, 'GET', '/plants/5')).body.name, 'Late bloomer')
-})
+import { describe, test } from 'node:test'
+import { call, cli, freshDatabase, MAIN, startServer, tempDir, testStores } from '../helpers.js'
 
 function startFails (env: NodeJS.ProcessEnv): { status: number | null, stderr: string } {
   const result = spawnSync(process.execPath, [MAIN, 'serve'], { env: { ...process.env, ...env }, encoding: 'utf8', timeout: 10_000 })
   return { status: result.status, stderr: result.stderr }
 }
 
+/** One line on stderr, `plantstore: …`, and nothing that looks like a stack trace. */
+function assertOneLine (stderr: string, expected: RegExp): void {
+  assert.match(stderr, expected)
+  assert.equal(stderr.trim().split('\n').length, 1, stderr)
+  assert.doesNotMatch(stderr, /\n\s+at /)
+}
+
+// The same on either store: the store is opened, and reached, while the server starts and stops.
+for (const store of testStores()) {
+  describe(store, () => {
+    test('GET /healthz and /readyz answer without a token', async (t) => {
+      const server = await startServer(t, { store })
+      assert.deepEqual((await call(server, 'GET', '/healthz', { token: null })).body, { status: 'ok' })
+      assert.deepEqual((await call(server, 'GET', '/readyz', { token: null })).body, { status: 'ready' })
+    })
+
+    test('one JSON log line per request, with method, route, status, duration and request id, never a token', async (t) => {
+      const server = await startServer(t, { store })
+      await call(server, 'POST', '/plants', { body: { id: 1, name: 'Fern' } })
+      await call(server, 'GET', '/plants/1')
+      await call(server, 'GET', '/plants/1', { token: 'pst_' + 'x'.repeat(43) })
+      await call(server, 'GET', '/nowhere')
+      await new Promise(resolve => setTimeout(resolve, 100))
+      const lines = server.stdout().trim().split('\n').map(line => JSON.parse(line))
+      const requests = lines.filter(line => line.msg === 'request')
+      assert.equal(requests.length, 4)
+      assert.deepEqual(requests.map(r => [r.method, r.route, r.status]), [['POST', '/plants', 200], ['GET', '/plants/:id', 200], ['GET', '/plants/:id', 401], ['GET', null, 404]])
+      for (const r of requests) {
+        assert.equal(typeof r.durationMs, 'number')
+        assert.match(r.reqId, /^[0-9a-f-]{36}$/)
+      }
+      assert.doesNotMatch(server.stdout(), /pst_|authorization|Bearer/i)
+    })
+
+    test('LOG_LEVEL=warn writes no request lines', async (t) => {
+      const server = await startServer(t, { store, env: { LOG_LEVEL: 'warn' } })
+      await call(server, 'POST', '/plants', { body: { id: 1, name: 'Fern' } })
+      await call(server, 'GET', '/plants/1')
+      await call(server, 'GET', '/nowhere')
+      await new Promise(resolve => setTimeout(resolve, 100))
+      assert.equal(server.stdout().trim(), '')
+    })
+
+    test('SIGTERM lets a request in flight finish, then exits 0', async (t) => {
+      const server = await startServer(t, { store })
+      const { port } = new URL(server.url)
+      const body = '{"id": 5, "name": "Late bloomer"}'
+      const answer = new Promise<string>((resolve, reject) => {
+        const socket = connect(Number(port), '127.0.0.1')
+        let text = ''
+        socket.setEncoding('utf8').on('data', (chunk: string) => { text += chunk }).on('close', () => resolve(text)).on('error', reject)
+        // Headers and half the body now; the rest after SIGTERM has been sent.
+        socket.write(`POST /plants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${server.token}\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\nConnection: close\r\n\r\n${body.slice(0, 10)}`)
+        setTimeout(() => {
+          server.process.kill('SIGTERM')
+          setTimeout(() => socket.write(body.slice(10)), 300)
+        }, 200)
+      })
+      assert.match(await answer, /^HTTP\/1\.1 200 /)
+      assert.equal(await server.exited, 0)
+      const again = await startServer(t, { databaseUrl: server.databaseUrl, token: server.token })
+      assert.equal((await call(again, 'GET', '/plants/5')).body.name, 'Late bloomer')
+    })
+
+    test('a start on a taken port fails with one line, and does not use up the first token', async (t) => {
+      const database = await freshDatabase(t, store)
+      const blocker = createServer().listen(0, '127.0.0.1')
+      await new Promise(resolve => blocker.once('listening', resolve))
+      t.after(() => blocker.close())
+      const { port } = blocker.address() as AddressInfo
+      const failed = startFails({ PORT: String(port), HOST: '127.0.0.1', DATABASE_URL: database.databaseUrl })
+      assert.equal(failed.status, 1)
+      assertOneLine(failed.stderr, /^plantstore: Cannot listen on 127\.0\.0\.1:\d+: the port is already in use/)
+
+      const server = await startServer(t, database)
+      assert.equal((await call(server, 'POST', '/plants', { body: { id: 1, name: 'Fern' } })).status, 200)
+    })
+
+    test('the first-start banner names the database: a SQLite file by its absolute path, PostgreSQL without its URL (which may hold a password)', async (t) => {
+      const dir = tempDir(t)
+      const server = await startServer(t, store === 'sqlite' ? { dir, cwd: dir, env: { DATABASE_URL: 'plantstore.db' } } : { store })
+      const names = store === 'sqlite' ? ` ${join(dir, 'plantstore.db')},` : ' the PostgreSQL database in DATABASE_URL,'
+      assert.ok(server.stderr().includes(names), server.stderr())
+      assert.doesNotMatch(server.stderr(), /postgres(ql)?:\/\//)
+      assert.equal((await call(server, 'POST', '/plants', { body: { id: 1, name: 'Fern' } })).status, 200)
+    })
+
+    test('several servers starting together on an empty store create exactly one first token, one of them shows it, and what one stores the others read', async (t) => {
+      const database = await freshDatabase(t, store)
+      const servers = await Promise.all([1, 2, 3].map(() => startServer(t, { ...database, token: 'not yet known' })))
+      const banners = (): string[] => servers.flatMap(server => /^ {3}(pst_\S+)$/m.exec(server.stderr())?.[1] ?? [])
+      const deadline = Date.now() + 5000
+      while (banners().length === 0 && Date.now() < deadline) await new Promise(resolve => setTimeout(resolve, 20))
+      await new Promise(resolve => setTimeout(resolve, 300)) // room for a second banner, if one were coming
+      assert.equal(banners().length, 1, servers.map(server => server.stderr()).join('\n'))
+      const list = cli(database, ['tokens', 'list']).stdout
+      assert.equal(list.trimEnd().split('\n').length, 1, list)
+      const [token] = banners()
+      for (const [i, server] of servers.entries()) assert.equal((await call(server, 'POST', '/plants', { body: { id: i, name: `p${i}` }, token })).status, 200)
+      for (const server of servers) assert.deepEqual((await call(server, 'GET', '/plants', { token })).body.map((p: { id: number }) => p.id), [0, 1, 2])
+    })
+  })
+}
+
+// Configuration and the SQLite file's directory: refused before any store is reached.
 test('bad configuration fails at start with one clear line and a non-zero exit', (t) => {
   const dir = tempDir(t)
   const db = join(dir, 'plantstore.db')
@@ -72,7 +123,8 @@ test('bad configuration fails at start with one clear line and a non-zero exit',
     [{ PORT: 'eighty', DATABASE_URL: db }, /^plantstore: PORT must be a whole number/],
     [{ PORT: '99999', DATABASE_URL: db }, /^plantstore: PORT must be/],
     [{ LOG_LEVEL: 'chatty', DATABASE_URL: db }, /^plantstore: LOG_LEVEL must be one of/],
-    [{ RATE_LIMIT_PER_MINUTE: 'lots', DATABASE_URL: db }, /^plantstore: RATE_LIMIT_PER_MINUTE must be/]
+    [{ RATE_LIMIT_PER_MINUTE: 'lots', DATABASE_URL: db }, /^plantstore: RATE_LIMIT_PER_MINUTE must be/],
+    [{ CORS_ORIGINS: 'https://garden.example/', DATABASE_URL: db }, /^plantstore: CORS_ORIGINS must be .*, not "https:\/\/garden.example\/"\.$/m]
   ] as const) {
     const result = startFails({ ...env, PORT: env.PORT })
     assert.notEqual(result.status, 0)
@@ -101,50 +153,9 @@ test('a data directory that cannot be created fails at start with one clear line
   assert.equal(result.stderr.trim().split('\n').length, 1, result.stderr)
 })
 
-/** One line on stderr, `plantstore: …`, and nothing that looks like a stack trace. */
-function assertOneLine (stderr: string, expected: RegExp): void {
-  assert.match(stderr, expected)
-  assert.equal(stderr.trim().split('\n').length, 1, stderr)
-  assert.doesNotMatch(stderr, /\n\s+at /)
-}
-
-test('a start on a taken port fails with one line, and does not use up the first token', async (t) => {
-  const dir = tempDir(t)
-  const blocker = createServer().listen(0, '127.0.0.1')
-  await new Promise(resolve => blocker.once('listening', resolve))
-  t.after(() => blocker.close())
-  const { port } = blocker.address() as AddressInfo
-  const failed = startFails({ PORT: String(port), HOST: '127.0.0.1', DATABASE_URL: join(dir, 'plantstore.db') })
-  assert.equal(failed.status, 1)
-  assertOneLine(failed.stderr, /^plantstore: Cannot listen on 127\.0\.0\.1:\d+: the port is already in use/)
-
-  const server = await startServer(t, { dir })
-  assert.equal((await call(server, 'POST', '/plants', { body: { id: 1, name: 'Fern' } })).status, 200)
-})
-
 test('a start on a host name that does not resolve fails with one line', (t) => {
   const dir = tempDir(t)
   const failed = startFails({ PORT: '0', HOST: 'no-such-host.invalid', DATABASE_URL: join(dir, 'plantstore.db') })
   assert.equal(failed.status, 1)
   assertOneLine(failed.stderr, /^plantstore: Cannot listen on no-such-host\.invalid:0: /)
-})
-
-test('the first-start banner names the database by its absolute path', async (t) => {
-  const dir = tempDir(t)
-  const server = await startServer(t, { dir, cwd: dir, env: { DATABASE_URL: 'plantstore.db' } })
-  assert.ok(server.stderr().includes(` ${join(dir, 'plantstore.db')},`), server.stderr())
-  assert.equal((await call(server, 'POST', '/plants', { body: { id: 1, name: 'Fern' } })).status, 200)
-})
-
-test('several servers starting together on an empty store create exactly one first token, and one of them shows it', async (t) => {
-  const dir = tempDir(t)
-  const servers = await Promise.all([1, 2, 3].map(() => startServer(t, { dir, token: 'not yet known' })))
-  const banners = (): string[] => servers.flatMap(server => /^ {3}(pst_\S+)$/m.exec(server.stderr())?.[1] ?? [])
-  const deadline = Date.now() + 5000
-  while (banners().length === 0 && Date.now() < deadline) await new Promise(resolve => setTimeout(resolve, 20))
-  await new Promise(resolve => setTimeout(resolve, 300)) // room for a second banner, if one were coming
-  assert.equal(banners().length, 1, servers.map(server => server.stderr()).join('\n'))
-  const list = cli(dir, ['tokens', 'list']).stdout
-  assert.equal(list.trimEnd().split('\n').length, 1, list)
-  for (const server of servers) assert.equal((await call(server, 'GET', '/plants', { token: banners()[0] })).status, 200)
 })

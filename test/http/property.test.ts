@@ -1,7 +1,7 @@
 import fc from 'fast-check'
 import assert from 'node:assert/strict'
-import { test } from 'node:test'
-import { call, isErrorBody, startServer } from '../helpers.js'
+import { describe, test } from 'node:test'
+import { call, isErrorBody, startServer, testStores } from '../helpers.js'
 
 const INT64_MAX = 2n ** 63n - 1n
 const validId = fc.bigInt({ min: -(2n ** 63n), max: INT64_MAX })
@@ -31,16 +31,20 @@ const invalidBody: fc.Arbitrary<string> = fc.oneof(
   fc.string().filter(text => { try { JSON.parse(text); return false } catch { return true } })
 )
 
-test('1,000 generated invalid bodies: each a 400 Error body, nothing stored, the server stays up', async (t) => {
-  const server = await startServer(t)
-  const sent: string[] = []
-  await fc.assert(fc.asyncProperty(invalidBody, async (raw) => {
-    sent.push(raw)
-    const answer = await call(server, 'POST', '/plants', { raw, headers: { 'content-type': 'application/json' } })
-    assert.ok(isErrorBody(answer, 400), `${raw} -> ${answer.status} ${answer.text}`)
-  }), { numRuns: 1000 })
-  assert.equal(sent.length >= 1000, true)
-  const stored = await call(server, 'GET', '/plants?limit=1')
-  assert.deepEqual(stored.body, [], 'no plant was stored')
-  assert.equal((await call(server, 'GET', '/healthz', { token: null })).status, 200)
-})
+for (const store of testStores()) {
+  describe(store, () => {
+    test('1,000 generated invalid bodies: each a 400 Error body, nothing stored, the server stays up', async (t) => {
+      const server = await startServer(t, { store })
+      const sent: string[] = []
+      await fc.assert(fc.asyncProperty(invalidBody, async (raw) => {
+        sent.push(raw)
+        const answer = await call(server, 'POST', '/plants', { raw, headers: { 'content-type': 'application/json' } })
+        assert.ok(isErrorBody(answer, 400), `${raw} -> ${answer.status} ${answer.text}`)
+      }), { numRuns: 1000 })
+      assert.equal(sent.length >= 1000, true)
+      const stored = await call(server, 'GET', '/plants?limit=1')
+      assert.deepEqual(stored.body, [], 'no plant was stored')
+      assert.equal((await call(server, 'GET', '/healthz', { token: null })).status, 200)
+    })
+  })
+}

@@ -2,8 +2,8 @@ import assert from 'node:assert/strict'
 import { spawn } from 'node:child_process'
 import { connect } from 'node:net'
 import { join } from 'node:path'
-import { test } from 'node:test'
-import { call, ROOT, startServer, tempDir } from '../helpers.js'
+import { describe, test } from 'node:test'
+import { alive, call, ROOT, startServer, tempDir, testStores } from '../helpers.js'
 import { rawExchange } from '../raw.js'
 
 /** True while something accepts connections on the port. */
@@ -15,49 +15,45 @@ function accepting (port: number): Promise<boolean> {
   })
 }
 
-function alive (pid: number): boolean {
-  try {
-    process.kill(pid, 0)
-    return true
-  } catch {
-    return false
-  }
+for (const store of testStores()) {
+  describe(store, () => {
+    test('SIGTERM stops the service within SHUTDOWN_TIMEOUT while a client holds a request open, and commits what it acknowledged', async (t) => {
+      const server = await startServer(t, { store, env: { REQUEST_TIMEOUT: '60', SHUTDOWN_TIMEOUT: '2' } })
+      assert.equal((await call(server, 'POST', '/plants', { body: { id: 1, name: 'Kept' } })).status, 200)
+      const body = '{"id": 2, "name": "Never finished"}'
+      // Headers and the start of a body, then nothing: only the shutdown deadline ends this request.
+      const stalled = rawExchange(server, `POST /plants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${server.token}\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body.slice(0, 8)}`, { waitMs: 10_000 })
+      await new Promise(resolve => setTimeout(resolve, 200))
+      const signalled = Date.now()
+      server.process.kill('SIGTERM')
+      assert.equal(await server.exited, 0)
+      const took = Date.now() - signalled
+      assert.ok(took < 2500, `exited ${took} ms after SIGTERM`)
+      assert.ok((await stalled).closed, 'the stalled connection was closed')
+      const again = await startServer(t, { databaseUrl: server.databaseUrl, token: server.token })
+      assert.equal((await call(again, 'GET', '/plants/1')).body.name, 'Kept')
+      assert.equal((await call(again, 'GET', '/plants/2')).status, 404)
+    })
+
+    test('a second signal during the shutdown does not kill the server: it still commits and exits 0', async (t) => {
+      const server = await startServer(t, { store, env: { REQUEST_TIMEOUT: '60', SHUTDOWN_TIMEOUT: '2' } })
+      assert.equal((await call(server, 'POST', '/plants', { body: { id: 1, name: 'Kept' } })).status, 200)
+      const stalled = rawExchange(server, `POST /plants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${server.token}\r\nContent-Type: application/json\r\nContent-Length: 30\r\n\r\n{"id"`, { waitMs: 10_000 })
+      await new Promise(resolve => setTimeout(resolve, 200))
+      server.process.kill('SIGTERM')
+      await new Promise(resolve => setTimeout(resolve, 300))
+      server.process.kill('SIGINT') // what Ctrl-C on `npm start` adds: npm passes it on as well
+      server.process.kill('SIGTERM')
+      assert.equal(await server.exited, 0)
+      assert.equal(server.process.signalCode, null, 'not killed by a signal')
+      await stalled
+      const again = await startServer(t, { databaseUrl: server.databaseUrl, token: server.token })
+      assert.equal((await call(again, 'GET', '/plants/1')).body.name, 'Kept')
+    })
+  })
 }
 
-test('SIGTERM stops the service within SHUTDOWN_TIMEOUT while a client holds a request open, and commits what it acknowledged', async (t) => {
-  const server = await startServer(t, { env: { REQUEST_TIMEOUT: '60', SHUTDOWN_TIMEOUT: '2' } })
-  assert.equal((await call(server, 'POST', '/plants', { body: { id: 1, name: 'Kept' } })).status, 200)
-  const body = '{"id": 2, "name": "Never finished"}'
-  // Headers and the start of a body, then nothing: only the shutdown deadline ends this request.
-  const stalled = rawExchange(server, `POST /plants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${server.token}\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body.slice(0, 8)}`, { waitMs: 10_000 })
-  await new Promise(resolve => setTimeout(resolve, 200))
-  const signalled = Date.now()
-  server.process.kill('SIGTERM')
-  assert.equal(await server.exited, 0)
-  const took = Date.now() - signalled
-  assert.ok(took < 2500, `exited ${took} ms after SIGTERM`)
-  assert.ok((await stalled).closed, 'the stalled connection was closed')
-  const again = await startServer(t, { dir: server.dir, token: server.token })
-  assert.equal((await call(again, 'GET', '/plants/1')).body.name, 'Kept')
-  assert.equal((await call(again, 'GET', '/plants/2')).status, 404)
-})
-
-test('a second signal during the shutdown does not kill the server: it still commits and exits 0', async (t) => {
-  const server = await startServer(t, { env: { REQUEST_TIMEOUT: '60', SHUTDOWN_TIMEOUT: '2' } })
-  assert.equal((await call(server, 'POST', '/plants', { body: { id: 1, name: 'Kept' } })).status, 200)
-  const stalled = rawExchange(server, `POST /plants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${server.token}\r\nContent-Type: application/json\r\nContent-Length: 30\r\n\r\n{"id"`, { waitMs: 10_000 })
-  await new Promise(resolve => setTimeout(resolve, 200))
-  server.process.kill('SIGTERM')
-  await new Promise(resolve => setTimeout(resolve, 300))
-  server.process.kill('SIGINT') // what Ctrl-C on `npm start` adds: npm passes it on as well
-  server.process.kill('SIGTERM')
-  assert.equal(await server.exited, 0)
-  assert.equal(server.process.signalCode, null, 'not killed by a signal')
-  await stalled
-  const again = await startServer(t, { dir: server.dir, token: server.token })
-  assert.equal((await call(again, 'GET', '/plants/1')).body.name, 'Kept')
-})
-
+// npm's part, whatever the store.
 test('SIGTERM sent to `npm start` stops the server too, leaving no process behind', async (t) => {
   const dir = tempDir(t)
   const child = spawn('npm', ['start'], {

@@ -51,6 +51,7 @@ test('a write waits for a lock held elsewhere until its own deadline at most, wi
   assert.deepEqual(await store.get(0n), undefined, 'reads answer while the lock is held')
   const refused = await first
   assert.ok(refused.error instanceof StoreUnavailableError, `refused as unavailable, got ${String(refused.error)}`)
+  assert.equal(refused.error.reason, 'deadline')
   assert.ok(refused.ms >= 500 && refused.ms < 1200, `refused at its deadline: ${refused.ms} ms`)
   await sleep(150) // 750 ms: past the first write's deadline, within the second's
   release()
@@ -69,6 +70,7 @@ test('past the cap on writes in flight, a write is refused at once; those in fli
   await sleep(50) // their turn has ended: they wait for the lock
   const over = await timed(store.create({ id: 5n, name: 'one too many' }))
   assert.ok(over.error instanceof StoreUnavailableError, `refused as unavailable, got ${String(over.error)}`)
+  assert.equal(over.error.reason, 'capacity')
   assert.ok(over.ms < 100, `at once: ${over.ms} ms`)
   release()
   assert.deepEqual(await Promise.all(inFlight), ['created', 'created', 'created', 'created'])
@@ -81,6 +83,7 @@ test('past the cap on reads waiting, a read is refused at once; the others are a
   const reads = await Promise.allSettled([1n, 2n, 3n, 4n, 5n].map(id => store.get(id)))
   assert.deepEqual(reads.map(read => read.status), ['fulfilled', 'fulfilled', 'fulfilled', 'fulfilled', 'rejected'])
   assert.ok((reads[4] as PromiseRejectedResult).reason instanceof StoreUnavailableError)
+  assert.equal((reads[4] as PromiseRejectedResult).reason.reason, 'capacity')
 })
 
 /** The store's fdatasync of the WAL, replaced: each call waits until the test settles it. */
@@ -102,8 +105,10 @@ test('an fdatasync that never returns (a stalled disk) is backstopped: its write
   assert.equal(held.length, 1, 'one commit, one fdatasync, which hangs')
   const over = await timed(store.create({ id: 4n, name: 'over' }))
   assert.ok(over.error instanceof StoreUnavailableError && over.ms < 100, 'the cap holds the queue')
+  assert.equal(over.error.reason, 'capacity')
   for (const { ms, error } of await Promise.all(stuck)) {
     assert.ok(error instanceof StoreUnavailableError, `answered 503, got ${String(error)}`)
+    assert.equal(error.reason, 'deadline')
     assert.ok(ms >= 300 && ms < 1200, `after the deadline, within a sweep or two: ${ms} ms`)
   }
   const still = await timed(store.create({ id: 5n, name: 'still stuck' }))

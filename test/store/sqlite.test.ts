@@ -33,6 +33,16 @@ test('writes made in one turn of the event loop share one commit', async (t) => 
   assert.equal(store.stats.syncs - before.syncs, 1, 'and one fdatasync')
 })
 
+test('each commit is reported to onCommit with the number of writes it carried', async (t) => {
+  const store = openStore(t)
+  await store.ping()
+  const commits: number[] = []
+  store.onCommit = writes => commits.push(writes)
+  await Promise.all(Array.from({ length: 30 }, (_, i) => store.create({ id: BigInt(i), name: `p${i}` })))
+  await store.remove(0n)
+  assert.deepEqual(commits, [30, 1])
+})
+
 /** Replaces the store's fdatasync of the WAL with one that waits until the test lets it return. */
 function holdSyncs (store: SqliteStore): Array<() => void> {
   const held: Array<() => void> = []

@@ -3,7 +3,7 @@ import { test } from 'node:test'
 import { ConfigError, loadConfig } from '../../src/config.js'
 
 test('defaults follow the SPEC', () => {
-  assert.deepEqual(loadConfig({}), { port: 8080, host: '127.0.0.1', databaseUrl: './data/plantstore.db', logLevel: 'info', rateLimitPerMinute: 60000, requestTimeout: 10, shutdownTimeout: 10 })
+  assert.deepEqual(loadConfig({}), { port: 8080, host: '127.0.0.1', databaseUrl: './data/plantstore.db', logLevel: 'info', rateLimitPerMinute: 60000, requestTimeout: 10, shutdownTimeout: 10, workers: 1, corsOrigins: [] })
 })
 
 test('flags override the environment', () => {
@@ -11,7 +11,30 @@ test('flags override the environment', () => {
 })
 
 test('bad values fail with a sentence naming the setting', () => {
-  for (const [env, name] of [[{ PORT: 'eighty' }, 'PORT'], [{ PORT: '70000' }, 'PORT'], [{ LOG_LEVEL: 'loud' }, 'LOG_LEVEL'], [{ RATE_LIMIT_PER_MINUTE: '-1' }, 'RATE_LIMIT_PER_MINUTE'], [{ DATABASE_URL: '' }, 'DATABASE_URL'], [{ REQUEST_TIMEOUT: '0' }, 'REQUEST_TIMEOUT'], [{ SHUTDOWN_TIMEOUT: '1.5' }, 'SHUTDOWN_TIMEOUT']] as const) {
+  for (const [env, name] of [[{ PORT: 'eighty' }, 'PORT'], [{ PORT: '70000' }, 'PORT'], [{ LOG_LEVEL: 'loud' }, 'LOG_LEVEL'], [{ RATE_LIMIT_PER_MINUTE: '-1' }, 'RATE_LIMIT_PER_MINUTE'], [{ DATABASE_URL: '' }, 'DATABASE_URL'], [{ REQUEST_TIMEOUT: '0' }, 'REQUEST_TIMEOUT'], [{ SHUTDOWN_TIMEOUT: '1.5' }, 'SHUTDOWN_TIMEOUT'], [{ WORKERS: '0' }, 'WORKERS'], [{ WORKERS: '65' }, 'WORKERS'], [{ WORKERS: '2.0' }, 'WORKERS']] as const) {
     assert.throws(() => loadConfig(env), (error: Error) => error instanceof ConfigError && error.message.startsWith(name))
+  }
+})
+
+test('several workers need PostgreSQL: on a SQLite file the start is refused, saying why', () => {
+  assert.throws(() => loadConfig({ WORKERS: '2' }), (error: Error) => error instanceof ConfigError &&
+    /^WORKERS is 2, but a SQLite store has one writer: run one process \(WORKERS=1\), or use PostgreSQL/.test(error.message))
+  assert.equal(loadConfig({ WORKERS: '1' }).workers, 1)
+  assert.equal(loadConfig({ DATABASE_URL: 'postgres://db/plants' }, { workers: '64' }).workers, 64)
+})
+
+test('CORS_ORIGINS takes exact origins separated by commas, as browsers send them', () => {
+  assert.deepEqual(loadConfig({ CORS_ORIGINS: 'http://garden.example:3000' }).corsOrigins, ['http://garden.example:3000'])
+  assert.deepEqual(loadConfig({ CORS_ORIGINS: 'https://garden.example, http://localhost:5173,http://[::1]:8080' }).corsOrigins,
+    ['https://garden.example', 'http://localhost:5173', 'http://[::1]:8080'])
+  assert.deepEqual(loadConfig({}, { corsOrigins: 'https://shop.example' }).corsOrigins, ['https://shop.example'])
+})
+
+test('CORS_ORIGINS refuses what a browser never sends as an Origin, naming the value', () => {
+  for (const value of ['*', 'null', 'garden.example', 'https://garden.example/', 'https://garden.example/app', 'https://garden.example?x=1',
+    'HTTPS://garden.example', 'https://Garden.example', 'http://garden.example:80', 'https://garden.example:443', 'ftp://garden.example',
+    'https://user@garden.example', 'https://garden.example,', ',https://garden.example', 'https://a.example,,https://b.example']) {
+    assert.throws(() => loadConfig({ CORS_ORIGINS: value }), (error: Error) => error instanceof ConfigError && error.message.startsWith('CORS_ORIGINS must be') &&
+      error.message.includes('not "'), value)
   }
 })

@@ -1,0 +1,38 @@
+import { once } from 'node:events'
+import { existsSync } from 'node:fs'
+import { resolve } from 'node:path'
+import { ConfigError, isPostgresUrl } from '../config.js'
+import { openStore } from '../store/open.js'
+import { parseCommand } from './args.js'
+import { databaseUrlOf } from './database.js'
+import { countOf, EXPORT_FAILED, lineOf } from './plant-lines.js'
+import { USAGE } from './usage.js'
+
+/** `plantstore export`: every plant as NDJSON on stdout, from one snapshot, a page at a time. */
+export async function exportPlants (args: string[]): Promise<void> {
+  const parsed = parseCommand('export', args, { 'database-url': { type: 'string' } })
+  if (parsed === undefined) {
+    process.stdout.write(USAGE.export + '\n')
+    return
+  }
+  let plants = 0
+  try {
+    const databaseUrl = databaseUrlOf(parsed.values['database-url'] as string | undefined)
+    if (!isPostgresUrl(databaseUrl) && !existsSync(databaseUrl)) throw new ConfigError(`There is no store at ${resolve(databaseUrl)} to export.`)
+    const store = await openStore(databaseUrl)
+    try {
+      for await (const page of store.exportPlants()) {
+        // Waiting for a slow reader keeps one page in memory, whatever the store holds.
+        if (!process.stdout.write(page.map(lineOf).join(''))) await once(process.stdout, 'drain')
+        plants += page.length
+      }
+    } finally {
+      await store.close()
+    }
+  } catch (error) {
+    // Even before the first plant: `export | import` must then fail, not import nothing.
+    process.stdout.write(EXPORT_FAILED + '\n')
+    throw error
+  }
+  process.stderr.write(`Exported ${countOf(plants)}.\n`)
+}

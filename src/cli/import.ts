@@ -1,0 +1,42 @@
+import { ConfigError } from '../config.js'
+import type { Store } from '../store/store.js'
+import { parseCommand } from './args.js'
+import { databaseUrlOf, openForCommand } from './database.js'
+import { countOf, PlantBatches } from './plant-lines.js'
+import { USAGE } from './usage.js'
+
+/**
+ * Stores the plants of the NDJSON `input` in `store`, all or none, and returns how many it
+ * stored; anything that stops it is a ConfigError of one line, naming the line at fault.
+ */
+export async function importFrom (store: Store, input: AsyncIterable<Buffer>, options: { replace: boolean }): Promise<number> {
+  const batches = new PlantBatches(input)
+  const result = await store.importPlants(batches, options)
+  switch (result.outcome) {
+    case 'imported':
+      return result.plants
+    case 'not-empty':
+      throw new ConfigError('The store already holds plants, and import fills an empty store only; give --replace to delete its plants first (tokens stay), in the same transaction. Nothing was imported.')
+    case 'conflict':
+      throw new ConfigError(`Line ${batches.lineAt(result.at)} gives the id of an earlier line with another name or tag. Nothing was imported.`)
+    case 'unstorable':
+      throw new ConfigError(`Line ${batches.lineAt(result.at)}: ${result.reason} Nothing was imported.`)
+  }
+}
+
+/** `plantstore import [--replace]`: the NDJSON of an export, from stdin, into the store. */
+export async function importPlants (args: string[]): Promise<void> {
+  const parsed = parseCommand('import', args, { 'database-url': { type: 'string' }, replace: { type: 'boolean' } })
+  if (parsed === undefined) {
+    process.stdout.write(USAGE.import + '\n')
+    return
+  }
+  if (process.stdin.isTTY) throw new ConfigError('import reads plants from stdin, such as plantstore import < plants.ndjson; see plantstore import --help.')
+  const store = await openForCommand(databaseUrlOf(parsed.values['database-url'] as string | undefined))
+  try {
+    const plants = await importFrom(store, process.stdin, { replace: parsed.values.replace === true })
+    process.stderr.write(`Imported ${countOf(plants)}.\n`)
+  } finally {
+    await store.close()
+  }
+}

@@ -1,0 +1,48 @@
+import type { FastifyReply, FastifyRequest, onRequestHookHandler } from 'fastify'
+import { allowedMethods } from './contract.js'
+
+/** What a preflight allows a browser to send beyond the simple headers. */
+const ALLOW_HEADERS = 'Authorization, Content-Type'
+/** The headers of our answers a browser front end may read, beyond the simple ones. */
+const EXPOSE_HEADERS = 'Allow, Link, Retry-After, WWW-Authenticate'
+/** How long, in seconds, a browser may reuse a preflight's answer. */
+const MAX_AGE = '600'
+
+export interface Cors {
+  /** Adds the CORS headers to `reply`, whatever it will answer; the first onRequest hook calls it, and so does every answer given before hooks run. */
+  headers: (request: FastifyRequest, reply: FastifyReply) => void
+  /** The onRequest hook: the headers, and the answer to a preflight from a listed origin on a path of the document. */
+  hook: onRequestHookHandler
+}
+
+/**
+ * CORS for browser front ends on `origins`, matched exactly (scheme, host and port, as the
+ * browser sends them in `Origin`); undefined when there are none: CORS off, nothing added to
+ * any answer. With CORS on, every answer varies by Origin, so a cache never hands one origin's
+ * answer to another. A preflight from any other origin, or on an unknown path, goes on as an
+ * ordinary OPTIONS request (405 or 404), without CORS headers for a refused origin.
+ */
+export function corsFor (origins: readonly string[]): Cors | undefined {
+  if (origins.length === 0) return undefined
+  const allowed = new Set(origins)
+  const headers = (request: FastifyRequest, reply: FastifyReply): void => {
+    reply.header('vary', 'Origin')
+    const origin = request.headers.origin
+    if (origin === undefined || !allowed.has(origin)) return
+    reply.header('access-control-allow-origin', origin)
+    reply.header('access-control-expose-headers', EXPOSE_HEADERS)
+  }
+  const hook: onRequestHookHandler = (request, reply, done) => {
+    headers(request, reply)
+    const preflight = request.method === 'OPTIONS' && request.headers['access-control-request-method'] !== undefined &&
+      allowed.has(request.headers.origin ?? '')
+    const methods = preflight ? allowedMethods(request.url.split('?')[0]) : []
+    if (methods.length === 0) return done()
+    reply.code(204).headers({
+      'access-control-allow-methods': methods.join(', '),
+      'access-control-allow-headers': ALLOW_HEADERS,
+      'access-control-max-age': MAX_AGE
+    }).send()
+  }
+  return { headers, hook }
+}

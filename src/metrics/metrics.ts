@@ -1,0 +1,98 @@
+import { collectDefaultMetrics, Counter, Gauge, Registry } from 'prom-client'
+import type { UnavailableReason } from '../errors.js'
+import { HotHistogram } from './histogram.js'
+
+/** Latencies, in seconds: from a quarter of a millisecond (a read in a batch) past the 2 s store deadline. */
+const SECONDS = [0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10]
+/** Writes per group commit: from one to the cap of 1024 writes in flight. */
+const WRITES = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
+
+/** The store operations that are timed: every method of Store but close. */
+export const STORE_OPERATIONS = ['create', 'get', 'list', 'replace', 'remove', 'createToken', 'createFirstToken', 'findToken', 'listTokens', 'revokeToken', 'ping'] as const
+export type StoreOperation = typeof STORE_OPERATIONS[number]
+
+/** How a store call failed: the reasons of StoreUnavailableError, text the store cannot keep (400), or a bug (500). */
+export type StoreErrorKind = UnavailableReason | 'refused' | 'internal'
+
+export type Metrics = ReturnType<typeof createMetrics>
+
+/**
+ * The service's metrics on a registry of its own (not prom-client's global one), with the
+ * process metrics prom-client collects (`process_*`, `nodejs_*`, under their usual names).
+ * What the hot path updates is plain numbers and Series; the registry reads them when scraped.
+ */
+export function createMetrics () {
+  const registry = new Registry()
+  collectDefaultMetrics({ register: registry })
+  const registers = [registry]
+  const state = {
+    requestsInFlight: 0,
+    storeInFlight: Object.fromEntries(STORE_OPERATIONS.map(operation => [operation, 0])) as Record<StoreOperation, number>
+  }
+
+  const requests = new HotHistogram({
+    name: 'plantstore_http_request_duration_seconds',
+    help: 'Time from a request\'s routing to the end of its answer, by method, route template (unmatched: no route) and status (499: the client left first).',
+    labelNames: ['method', 'route', 'status'],
+    buckets: SECONDS,
+    registers
+  })
+  const storeOperations = new HotHistogram({
+    name: 'plantstore_store_operation_duration_seconds',
+    help: 'Time from a store call to its answer, by operation, failures included.',
+    labelNames: ['operation'],
+    buckets: SECONDS,
+    registers
+  })
+  const groupCommits = new HotHistogram({
+    name: 'plantstore_store_group_commit_writes',
+    help: 'Writes per commit of the SQLite store (the writes of one event-loop turn: one transaction, one fdatasync). None on PostgreSQL.',
+    buckets: WRITES,
+    registers
+  })
+
+  return {
+    registry,
+    state,
+    requests,
+    storeOperations,
+    groupCommits,
+    requestsTotal: new Counter({
+      name: 'plantstore_http_requests_total',
+      help: 'Requests answered, by method, route template and status; the count of the duration histogram.',
+      labelNames: ['method', 'route', 'status'],
+      registers,
+      collect () {
+        this.reset()
+        for (const series of requests.each()) this.inc(series.labels, series.count)
+      }
+    }),
+    requestsInFlight: new Gauge({
+      name: 'plantstore_http_requests_in_flight',
+      help: 'Requests routed and not yet answered.',
+      registers,
+      collect () { this.set(state.requestsInFlight) }
+    }),
+    shed: new Counter({
+      name: 'plantstore_http_shed_requests_total',
+      help: 'Requests answered 503 by the store, by reason: capacity (its cap of work in flight), deadline (about 2 s), unavailable (storage out of reach).',
+      labelNames: ['reason'],
+      registers
+    }),
+    storeErrors: new Counter({
+      name: 'plantstore_store_errors_total',
+      help: 'Store calls that failed, by operation and kind: capacity, deadline, unavailable (answered 503), refused (text the store cannot keep, 400), internal (a bug, 500).',
+      labelNames: ['operation', 'kind'],
+      registers
+    }),
+    storeInFlight: new Gauge({
+      name: 'plantstore_store_operations_in_flight',
+      help: 'Store calls made and not yet answered, by operation.',
+      labelNames: ['operation'],
+      registers,
+      collect () {
+        for (const operation of STORE_OPERATIONS) this.set({ operation }, state.storeInFlight[operation])
+      }
+    })
+  }
+}

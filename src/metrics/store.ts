@@ -1,0 +1,52 @@
+import { StoreUnavailableError, UnstorableTextError } from '../errors.js'
+import type { Store } from '../store/store.js'
+import { STORE_OPERATIONS, type Metrics, type StoreErrorKind } from './metrics.js'
+
+function kindOf (error: unknown): StoreErrorKind {
+  if (error instanceof StoreUnavailableError) return error.reason
+  return error instanceof UnstorableTextError ? 'refused' : 'internal'
+}
+
+/**
+ * `store`, with every call timed and counted while it runs, and its failures counted by kind;
+ * its group commits, if it makes any, observed. A decorator: the stores know nothing of metrics.
+ */
+export function instrumentStore (store: Store, metrics: Metrics): Store {
+  const { state } = metrics
+  // Passed through untimed: the bulk transfers and the rate limit's shared counts are not requests' store calls.
+  const instrumented = {
+    close: () => store.close(),
+    exportPlants: () => store.exportPlants(),
+    importPlants: (source, options) => store.importPlants(source, options),
+    rateWindows: store.rateWindows
+  } as Store
+  for (const operation of STORE_OPERATIONS) {
+    // Looked up at each call, as the caller would: the wrapper adds no method the store lacks.
+    const call = (args: unknown[]): Promise<unknown> => (store[operation] as (...args: unknown[]) => Promise<unknown>).apply(store, args)
+    const latency = metrics.storeOperations.series({ operation })
+    const settled = (start: number): void => {
+      state.storeInFlight[operation]--
+      latency.observe((performance.now() - start) / 1000)
+    }
+    instrumented[operation] = ((...args: unknown[]) => {
+      const start = performance.now()
+      const answer = call(args)
+      state.storeInFlight[operation]++
+      return answer.then(value => {
+        settled(start)
+        return value
+      }, (error: unknown) => {
+        settled(start)
+        metrics.storeErrors.inc({ operation, kind: kindOf(error) })
+        throw error
+      })
+    }) as never
+  }
+  // The series appears with the first commit: a store that makes none (PostgreSQL) shows none.
+  let commits: ReturnType<typeof metrics.groupCommits.series> | undefined
+  store.onCommit = writes => {
+    commits ??= metrics.groupCommits.series({})
+    commits.observe(writes)
+  }
+  return instrumented
+}

@@ -1,0 +1,90 @@
+import Database from 'better-sqlite3'
+import { StoreUnavailableError } from '../errors.js'
+import { describe } from './describe.js'
+import { isUnavailable } from './sqlite-errors.js'
+import { LIST_SQL, PLANT_BY_ID_SQL, rowToPlant, type PlantRow } from './sqlite-rows.js'
+import { configure } from './sqlite-schema.js'
+import type { ImportOutcome, PlantRecord } from './store.js'
+
+/** Plants an export reads per query: one page in memory at a time. */
+export const EXPORT_PAGE = 1000
+
+/** Storage trouble as the store's StoreUnavailableError; the rest, the source's own errors included, pass on. */
+function failureOf (error: unknown): unknown {
+  return isUnavailable(error) ? new StoreUnavailableError(describe(error)) : error
+}
+
+/** A connection of the transfer's own; it may wait for locks (5 s), unlike the service's. */
+function connect (path: string, readonly: boolean): Database.Database {
+  try {
+    const db = new Database(path, { readonly, fileMustExist: true })
+    configure(db)
+    return db
+  } catch (error) {
+    throw failureOf(error)
+  }
+}
+
+/**
+ * Every plant in id order, in pages of `pageSize`, from the store at `path`: one read
+ * transaction on a read-only connection of its own, so every page comes from the snapshot the
+ * first one took, while (in WAL mode) other connections go on writing. Keyset pages, like the API's.
+ */
+export async function * exportSqlite (path: string, pageSize = EXPORT_PAGE): AsyncGenerator<PlantRecord[]> {
+  const db = connect(path, true)
+  try {
+    const first = db.prepare(LIST_SQL.first).raw()
+    const after = db.prepare(LIST_SQL.after).raw()
+    db.exec('BEGIN')
+    let rows = first.all(pageSize) as PlantRow[]
+    while (rows.length > 0) {
+      yield rows.map(rowToPlant)
+      if (rows.length < pageSize) break
+      rows = after.all(rows[rows.length - 1][0], pageSize) as PlantRow[]
+    }
+    db.exec('COMMIT')
+  } catch (error) {
+    throw failureOf(error)
+  } finally {
+    db.close() // also ends the read transaction of an export stopped early
+  }
+}
+
+/**
+ * Stores every plant of `source` in one transaction on a connection of its own (see
+ * Store.importPlants): BEGIN IMMEDIATE takes the write lock at once, so the store stays empty
+ * but for the import, and COMMIT syncs (synchronous = FULL). A row at a time through one
+ * prepared statement: in SQLite, multi-row statements save nothing but parsing, which this
+ * does once. A plant whose id is taken is compared with the stored one.
+ */
+export async function importSqlite (path: string, source: AsyncIterable<PlantRecord[]>, { replace }: { replace: boolean }): Promise<ImportOutcome> {
+  const db = connect(path, false)
+  try {
+    const insert = db.prepare('INSERT INTO plants (id, name, tag) VALUES (?, ?, ?) ON CONFLICT (id) DO NOTHING')
+    const stored = db.prepare(PLANT_BY_ID_SQL).raw()
+    db.exec('BEGIN IMMEDIATE')
+    if (replace) db.exec('DELETE FROM plants')
+    else if (db.prepare('SELECT 1 FROM plants LIMIT 1').get() !== undefined) return { outcome: 'not-empty' }
+    let at = 0
+    let plants = 0
+    for await (const batch of source) {
+      for (const plant of batch) {
+        const tag = plant.tag ?? null
+        if (insert.run(plant.id, plant.name, tag).changes === 1) {
+          plants++
+        } else {
+          const [, name, storedTag] = stored.get(plant.id) as PlantRow
+          if (name !== plant.name || storedTag !== tag) return { outcome: 'conflict', at }
+        }
+        at++
+      }
+    }
+    db.exec('COMMIT')
+    return { outcome: 'imported', plants }
+  } catch (error) {
+    throw failureOf(error)
+  } finally {
+    if (db.inTransaction) db.exec('ROLLBACK')
+    db.close()
+  }
+}

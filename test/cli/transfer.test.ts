@@ -1,0 +1,447 @@
+// plantstore export and import, end to end: real SQLite files, a PostgreSQL schema per test
+// (when TEST_DATABASE_URL is set), the built CLI in child processes, a real server writing.
+import assert from 'node:assert/strict'
+import Database from 'better-sqlite3'
+import { spawn, spawnSync } from 'node:child_process'
+import { existsSync } from 'node:fs'
+import { Readable } from 'node:stream'
+import { join } from 'node:path'
+import { test, type TestContext } from 'node:test'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { importFrom } from '../../src/cli/import.js'
+import { ConfigError } from '../../src/config.js'
+import { parseJson } from '../../src/json.js'
+import { SqliteStore } from '../../src/store/sqlite.js'
+import type { PlantRecord } from '../../src/store/store.js'
+import { call, cli, isErrorBody, MAIN, startServer, tempDir, type Server } from '../helpers.js'
+import { adminQuery, PG_SKIP, PG_URL, pgSchema } from '../store/postgres-helpers.js'
+
+const INT64_MIN = -(2n ** 63n)
+const INT64_MAX = 2n ** 63n - 1n
+const EXPORT_FAILED = 'plantstore export failed here; the lines above are not all the plants.'
+
+interface Run { status: number | null, stdout: Buffer, stderr: string }
+
+/** The CLI with `input` on stdin (none: an empty stdin), on the store DATABASE_URL names. */
+function run (args: string[], databaseUrl: string, input: Buffer | string = ''): Run {
+  const result = spawnSync(process.execPath, [MAIN, ...args], {
+    env: { ...process.env, DATABASE_URL: databaseUrl },
+    input,
+    maxBuffer: 256 * 1024 * 1024
+  })
+  return { status: result.status, stdout: result.stdout, stderr: result.stderr.toString('utf8') }
+}
+
+const byId = (a: PlantRecord, b: PlantRecord): number => a.id < b.id ? -1 : a.id > b.id ? 1 : 0
+
+const TEXTS = ['Fern', 'Kaktus 🌵', '𝔉𝔢𝔯𝔫 𝔞𝔫𝔡 🪴', 'שרך ירוק', 'سرخس أخضر', 'e\u0301te\u0301', '"quoted" and \\back\\slashes', 'tab\tline\nbreak\r', '\u2028\u2029', '\u0001\u001f\u007f', '中文名字', '\ufeffbom inside', '  spaced  ', 'ﬃ Ω≈ç √∫']
+
+/**
+ * `count` plants with distinct ids: the int64 extremes, 2^53 ± 1 either side, 0 and ±1, then
+ * pseudo-random int64s; names and tags from edge to edge of the schema (one character, 200
+ * astral characters, control characters, RTL text, combining marks), a third without a tag.
+ */
+function interestingPlants (count: number): PlantRecord[] {
+  const ids = new Set([INT64_MIN, INT64_MAX, INT64_MIN + 1n, INT64_MAX - 1n, 2n ** 53n - 1n, 2n ** 53n, 2n ** 53n + 1n, -(2n ** 53n) - 1n, -(2n ** 53n) + 1n, 0n, 1n, -1n])
+  for (let x = 0x9e3779b97f4a7c15n; ids.size < count;) {
+    x = (x * 6364136223846793005n + 1442695040888963407n) & (2n ** 64n - 1n)
+    ids.add(BigInt.asIntN(64, x))
+  }
+  return [...ids].map((id, i) => {
+    const name = i % 50 === 0 ? '🌵'.repeat(200) : i % 50 === 1 ? 'x' : i % 50 === 2 ? ' ' : `${TEXTS[i % TEXTS.length]} ${i}`
+    if (i % 3 === 0) return { id, name }
+    const tag = i % 50 === 5 ? '' : i % 50 === 7 ? 'ω'.repeat(100) : TEXTS[(i * 7) % TEXTS.length]
+    return { id, name, tag }
+  })
+}
+
+/** A migrated SQLite store in `dir` holding `plants`, written directly. */
+function sqliteStoreWith (dir: string, plants: PlantRecord[], file = 'plantstore.db'): string {
+  const path = join(dir, file)
+  assert.equal(run(['migrate'], path).status, 0)
+  const db = new Database(path)
+  const insert = db.prepare('INSERT INTO plants (id, name, tag) VALUES (?, ?, ?)')
+  db.transaction(() => { for (const plant of plants) insert.run(plant.id, plant.name, plant.tag ?? null) })()
+  db.close()
+  return path
+}
+
+/** Every plant of a SQLite store, read with SQL, in id order. */
+function sqlitePlants (path: string): PlantRecord[] {
+  const db = new Database(path, { readonly: true })
+  try {
+    const rows = db.prepare('SELECT id, name, tag FROM plants ORDER BY id').safeIntegers(true).all() as Array<{ id: bigint, name: string, tag: string | null }>
+    return rows.map(({ id, name, tag }) => tag === null ? { id, name } : { id, name, tag })
+  } finally {
+    db.close()
+  }
+}
+
+/** Every plant of a PostgreSQL schema, read with SQL, in id order. */
+async function postgresPlants (schema: string): Promise<PlantRecord[]> {
+  const { rows } = await adminQuery(`SELECT id::text AS id, name, tag FROM ${schema}.plants ORDER BY plants.id`)
+  return rows.map(({ id, name, tag }) => tag === null ? { id: BigInt(id), name } : { id: BigInt(id), name, tag })
+}
+
+/** An export's lines read back with the project's exact JSON reader. */
+function parseExport (output: Buffer): PlantRecord[] {
+  const text = output.toString('utf8')
+  assert.ok(text === '' || text.endsWith('\n'), 'every line ends with a line break')
+  return text.split('\n').slice(0, -1).map(line => {
+    const { id, ...rest } = parseJson(line) as { id: number | bigint, name: string, tag?: string }
+    assert.deepEqual(Object.keys(parseJson(line) as object), rest.tag === undefined ? ['id', 'name'] : ['id', 'name', 'tag'], line)
+    return { id: BigInt(id), ...rest }
+  })
+}
+
+function exportOf (databaseUrl: string, plants: number): Buffer {
+  const result = run(['export'], databaseUrl)
+  assert.equal(result.status, 0, result.stderr)
+  assert.equal(result.stderr, `Exported ${plants} plant${plants === 1 ? '' : 's'}.\n`)
+  return result.stdout
+}
+
+function importInto (databaseUrl: string, input: Buffer | string, plants: number, args: string[] = []): void {
+  const result = run(['import', ...args], databaseUrl, input)
+  assert.equal(result.status, 0, result.stderr)
+  assert.match(result.stderr, new RegExp(`(^|\\n)Imported ${plants} plants?\\.\\n$`))
+  assert.equal(result.stdout.length, 0)
+}
+
+/** Exports the 10,000 plants of a SQLite store, imports them through `stores` in turn, and compares every record at each step. */
+async function roundTrip (t: TestContext, via: 'sqlite' | 'postgres'): Promise<void> {
+  const dir = tempDir(t)
+  const plants = interestingPlants(10_000)
+  const expected = [...plants].sort(byId)
+  const source = sqliteStoreWith(dir, plants)
+  const token = run(['tokens', 'create', '--name', 'mover'], source)
+  assert.equal(token.status, 0)
+
+  const exported = exportOf(source, 10_000)
+  assert.deepEqual(parseExport(exported), expected)
+  assert.ok(!exported.includes(token.stdout.toString().trim()) && !exported.includes('mover'), 'no token in the export')
+
+  let middle: Buffer
+  if (via === 'postgres') {
+    const { url, schema } = await pgSchema(t)
+    importInto(url, exported, 10_000)
+    assert.deepEqual(await postgresPlants(schema), expected)
+    assert.equal((await adminQuery(`SELECT count(*)::int AS n FROM ${schema}.tokens`)).rows[0].n, 0, 'tokens stay behind')
+    middle = exportOf(url, 10_000)
+  } else {
+    const copy = join(dir, 'copy.db')
+    importInto(copy, exported, 10_000)
+    assert.deepEqual(sqlitePlants(copy), expected)
+    middle = exportOf(copy, 10_000)
+  }
+  assert.ok(middle.equals(exported), 'the second export is the first, byte for byte')
+
+  const back = join(dir, 'back.db')
+  importInto(back, middle, 10_000)
+  assert.deepEqual(sqlitePlants(back), expected)
+  assert.ok(exportOf(back, 10_000).equals(exported))
+}
+
+test('10,000 plants move SQLite → SQLite → SQLite exactly: int64 extremes, unicode, with and without tags; tokens stay', async (t) => {
+  await roundTrip(t, 'sqlite')
+})
+
+test('10,000 plants move SQLite → PostgreSQL → SQLite exactly: int64 extremes, unicode, with and without tags; tokens stay', { skip: PG_URL === undefined ? PG_SKIP : false }, async (t) => {
+  await roundTrip(t, 'postgres')
+})
+
+test('import refuses a store that holds plants, in one line naming --replace; --replace swaps the plants and keeps the tokens', (t) => {
+  const dir = tempDir(t)
+  const path = sqliteStoreWith(dir, [{ id: 1n, name: 'old' }])
+  assert.equal(run(['tokens', 'create', '--name', 'keeper'], path).status, 0)
+  const input = '{"id":2,"name":"new","tag":"t"}\n'
+  const refused = run(['import'], path, input)
+  assert.equal(refused.status, 1)
+  assert.equal(refused.stderr, 'plantstore: The store already holds plants, and import fills an empty store only; give --replace to delete its plants first (tokens stay), in the same transaction. Nothing was imported.\n')
+  assert.deepEqual(sqlitePlants(path), [{ id: 1n, name: 'old' }])
+
+  importInto(path, input, 1, ['--replace'])
+  assert.deepEqual(sqlitePlants(path), [{ id: 2n, name: 'new', tag: 't' }])
+  assert.match(run(['tokens', 'list'], path).stdout.toString(), /\tkeeper\t.*\tactive\t/)
+})
+
+test('import skips blank lines, takes CRLF line ends and a last line without a line break, and stores a repeated identical plant once', (t) => {
+  const path = join(tempDir(t), 'new.db')
+  const input = '{"id":1,"name":"a"}\r\n\n   \n{"id": 2, "name": "b", "tag": "x"}\n{"id":1,"name":"a"}\n\t\n{"id":3,"name":"c"}'
+  importInto(path, input, 3)
+  assert.deepEqual(sqlitePlants(path), [{ id: 1n, name: 'a' }, { id: 2n, name: 'b', tag: 'x' }, { id: 3n, name: 'c' }])
+})
+
+/** 2,500 good plants (stored in three batches before line 2502), a blank line among them, then `bad`, then one more good line. */
+function withBadLine (bad: Buffer | string): Buffer {
+  const good = Array.from({ length: 2500 }, (_, i) => `{"id":${i + 1},"name":"plant ${i + 1}"}\n`)
+  good.splice(99, 0, '\n')
+  return Buffer.concat([Buffer.from(good.join('')), Buffer.from(bad), Buffer.from('\n{"id":4000,"name":"after"}\n')])
+}
+
+test('a bad line stops the import with one sentence naming it and why, and the store is left as it was (even with --replace)', async (t) => {
+  const store = new SqliteStore(join(tempDir(t), 'plantstore.db'))
+  t.after(() => store.close())
+  await store.create({ id: -5n, name: 'before' })
+  const cases: Array<[string, Buffer | string, RegExp]> = [
+    ['invalid JSON', '{"id":3000,', /^Line 2502 is not valid JSON; send a JSON object\.$/],
+    ['a key twice', '{"id":3000,"name":"a","name":"b"}', /^Line 2502 gives the key "name" twice in one object; send each key once\.$/],
+    ['no name', '{"id":3000}', /^Line 2502: `name` is required\.$/],
+    ['no id', '{"name":"a"}', /^Line 2502: `id` is required\.$/],
+    ['an id above int64', '{"id":9223372036854775808,"name":"a"}', /^Line 2502: `id` must be an integer from -9223372036854775808 to 9223372036854775807\.$/],
+    ['an id below int64', '{"id":-9223372036854775809,"name":"a"}', /^Line 2502: `id` must be an integer from/],
+    ['an id as a string', '{"id":"3000","name":"a"}', /^Line 2502: `id` must be an integer from/],
+    ['a fractional id', '{"id":3000.5,"name":"a"}', /^Line 2502: `id` must be an integer from/],
+    ['an extra field', '{"id":3000,"name":"a","colour":"green"}', /^Line 2502: `colour` is not a field of a plant \(id, name, tag\)\.$/],
+    ['a null tag', '{"id":3000,"name":"a","tag":null}', /^Line 2502: `tag` must be a string\.$/],
+    ['an empty name', '{"id":3000,"name":""}', /^Line 2502: `name` must not be empty\.$/],
+    ['a name of 201 characters', `{"id":3000,"name":"${'🌵'.repeat(201)}"}`, /^Line 2502: `name` must be at most 200 characters long\.$/],
+    ['a lone surrogate', '{"id":3000,"name":"\\ud800"}', /^Line 2502 holds a lone surrogate \(such as "\\ud800"\), which is not text; send valid Unicode\.$/],
+    ['invalid UTF-8', Buffer.from([...Buffer.from('{"id":3000,"name":"a'), 0xff, ...Buffer.from('"}')]), /^Line 2502 is not valid UTF-8 text\.$/],
+    ['not an object', '[3000, "a"]', /^Line 2502 must be a JSON object\.$/],
+    ['a line over 64 KiB', `{"id":3000,"name":"a"${' '.repeat(70_000)}}`, /^Line 2502 is longer than 64 KiB\.$/],
+    ['an id again with another name', '{"id":7,"name":"not plant 7"}', /^Line 2502 gives the id of an earlier line with another name or tag\.$/],
+    ['the mark of a failed export', EXPORT_FAILED, /^Line 2502 says that the export which wrote it failed there, so the plants after it are missing\.$/]
+  ]
+  for (const [name, bad, why] of cases) {
+    // In chunks of 4 KiB, as a pipe delivers them: lines cross chunk boundaries.
+    const input = withBadLine(bad)
+    const chunks = Array.from({ length: Math.ceil(input.length / 4096) }, (_, i) => input.subarray(i * 4096, (i + 1) * 4096))
+    await assert.rejects(importFrom(store, Readable.from(chunks), { replace: true }), (error: Error) => {
+      assert.ok(error instanceof ConfigError, `${name}: ${error.stack}`)
+      assert.ok(error.message.endsWith(' Nothing was imported.'), name)
+      assert.match(error.message.slice(0, -' Nothing was imported.'.length), why, name)
+      return true
+    })
+    assert.deepEqual(await store.list({ limit: 10 }), [{ id: -5n, name: 'before' }], `${name}: the store is as it was`)
+  }
+})
+
+test('plantstore import stopped by a bad line: exit code 1, one line on stderr, nothing on stdout', (t) => {
+  const path = sqliteStoreWith(tempDir(t), [{ id: -5n, name: 'before' }])
+  for (const bad of ['{"id":3000,', '{"id":7,"name":"not plant 7"}']) {
+    const result = run(['import', '--replace'], path, withBadLine(bad))
+    assert.equal(result.status, 1)
+    assert.equal(result.stdout.length, 0)
+    assert.match(result.stderr, /^plantstore: Line 2502 [^\n]* Nothing was imported\.\n$/)
+    assert.deepEqual(sqlitePlants(path), [{ id: -5n, name: 'before' }])
+  }
+})
+
+const SCRIPT = spawnSync('script', ['--version']).status === 0
+
+test('import on a terminal (no input redirected) says how to give it input, instead of waiting, and creates no store', { skip: SCRIPT ? false : 'util-linux script(1), which gives the command a terminal, is not installed' }, (t) => {
+  const dir = tempDir(t)
+  // script(1) runs the command on a pseudo-terminal, as a user typing it would.
+  const result = spawnSync('script', ['-qec', `${JSON.stringify(process.execPath)} ${JSON.stringify(MAIN)} import; echo "exit $?"`, '/dev/null'], {
+    env: { ...process.env, DATABASE_URL: join(dir, 'plantstore.db') },
+    encoding: 'utf8',
+    timeout: 30_000
+  })
+  assert.equal(result.stdout.replaceAll('\r', ''), 'plantstore: import reads plants from stdin, such as plantstore import < plants.ndjson; see plantstore import --help.\nexit 1\n')
+  assert.equal(existsSync(join(dir, 'plantstore.db')), false)
+})
+
+test('export refuses a SQLite store that does not exist, creating nothing; its output, the failure line alone, imports nothing', (t) => {
+  const dir = tempDir(t)
+  const result = cli(dir, ['export'])
+  assert.equal(result.status, 1)
+  assert.match(result.stderr, /^plantstore: There is no store at .*plantstore\.db to export\.\n$/)
+  assert.equal(result.stdout, `${EXPORT_FAILED}\n`)
+  assert.equal(existsSync(join(dir, 'plantstore.db')), false)
+  const imported = run(['import'], join(dir, 'target.db'), result.stdout)
+  assert.equal(imported.status, 1)
+  assert.match(imported.stderr, /plantstore: Line 1 says that the export which wrote it failed there/)
+})
+
+test('plantstore export | head -1: the export stops quietly with exit code 0 once the reader has gone', async (t) => {
+  const path = sqliteStoreWith(tempDir(t), Array.from({ length: 20_000 }, (_, i) => ({ id: BigInt(i), name: `plant ${i}` })))
+  const child = spawn(process.execPath, [MAIN, 'export'], { env: { ...process.env, DATABASE_URL: path }, stdio: ['ignore', 'pipe', 'pipe'] })
+  let stderr = ''
+  child.stderr.setEncoding('utf8').on('data', (chunk: string) => { stderr += chunk })
+  const exited = new Promise<number | null>(resolve => child.once('exit', resolve))
+  const [first] = await new Promise<[Buffer]>(resolve => child.stdout.once('data', (chunk: Buffer) => resolve([chunk])))
+  assert.match(first.toString(), /^\{"id":0,"name":"plant 0"\}\n/)
+  child.stdout.destroy()
+  assert.equal(await exited, 0)
+  assert.equal(stderr, '')
+})
+
+test('export holds one page at a time: 300,000 plants go out within a 24 MiB heap, which holding them would overflow', (t) => {
+  const dir = tempDir(t)
+  const path = join(dir, 'plantstore.db')
+  assert.equal(run(['migrate'], path).status, 0)
+  const db = new Database(path)
+  db.exec('WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 300000) INSERT INTO plants (id, name, tag) SELECT i, \'plant number \' || i, CASE WHEN i % 3 > 0 THEN \'tag\' || (i % 7) END FROM n')
+  db.close()
+  // An export that gathered its pages before writing them dies here (checked: it needs over 48 MiB).
+  const result = spawnSync(process.execPath, ['--max-old-space-size=24', MAIN, 'export'], { env: { ...process.env, DATABASE_URL: path }, stdio: ['ignore', 'ignore', 'pipe'], encoding: 'utf8' })
+  assert.equal(result.status, 0, result.stderr.slice(-500))
+  assert.equal(result.stderr, 'Exported 300000 plants.\n')
+})
+
+/**
+ * POSTs plants 1, 2, 3… one after another (each once the last was answered) until `stop` is
+ * set, so that at every moment the stored positive ids are 1..k; `acknowledged` counts the
+ * answers.
+ */
+function keepWriting (server: Server): { acknowledged: () => number, stop: () => Promise<void> } {
+  let acknowledged = 0
+  const state = { stopped: false }
+  const done = (async () => {
+    while (!state.stopped) {
+      const answer = await call(server, 'POST', '/plants', { body: { id: acknowledged + 1, name: `posted ${acknowledged + 1}` } })
+      assert.equal(answer.status, 200, answer.text)
+      acknowledged++
+    }
+  })()
+  return { acknowledged: () => acknowledged, stop: async () => { state.stopped = true; await done } }
+}
+
+/**
+ * An export while a server writes: the store holds plants -20,000..-1; the server receives
+ * 1, 2, 3… The export's reader pauses after its first chunk for a second while the writes go
+ * on, so an export that read each page in a snapshot of its own would see more of them.
+ */
+async function exportWhileWriting (t: TestContext, databaseUrl: string, server: Server): Promise<void> {
+  const writer = keepWriting(server)
+  while (writer.acknowledged() < 20) await sleep(5)
+  const before = writer.acknowledged()
+  const child = spawn(process.execPath, [MAIN, 'export'], { env: { ...process.env, DATABASE_URL: databaseUrl }, stdio: ['ignore', 'pipe', 'pipe'] })
+  const exited = new Promise<number | null>(resolve => child.once('exit', resolve))
+  const chunks: Buffer[] = []
+  let atFirstChunk = -1
+  child.stdout.on('data', (chunk: Buffer) => {
+    chunks.push(chunk)
+    if (atFirstChunk !== -1) return
+    atFirstChunk = writer.acknowledged()
+    child.stdout.pause()
+    setTimeout(() => child.stdout.resume(), 1000)
+  })
+  assert.equal(await exited, 0)
+  await writer.stop()
+  assert.ok(writer.acknowledged() > atFirstChunk + 10, `writes went on while the export ran (${atFirstChunk} → ${writer.acknowledged()})`)
+
+  const ids = parseExport(Buffer.concat(chunks)).map(plant => plant.id)
+  const negative = ids.filter(id => id < 0n)
+  const posted = ids.filter(id => id > 0n).map(Number)
+  assert.equal(negative.length, 20_000)
+  assert.deepEqual(posted, Array.from({ length: posted.length }, (_, i) => i + 1), 'posted plants 1..k with no gap')
+  assert.ok(posted.length >= before, `every plant acknowledged before the export began is in it (${posted.length} >= ${before})`)
+  // Writes are sequential, so when the snapshot was taken (before the first chunk) at most one more was stored than answered.
+  assert.ok(posted.length <= atFirstChunk + 1, `none written after the snapshot (${posted.length} <= ${atFirstChunk} + 1)`)
+}
+
+test('sqlite: an export while a server keeps writing is one snapshot: all plants stored before it, none stored after', async (t) => {
+  const dir = tempDir(t)
+  const path = sqliteStoreWith(dir, Array.from({ length: 20_000 }, (_, i) => ({ id: BigInt(-i - 1), name: `seeded ${i}` })))
+  await exportWhileWriting(t, path, await startServer(t, { dir }))
+})
+
+test('postgres: an export while a server keeps writing is one snapshot: all plants stored before it, none stored after', { skip: PG_URL === undefined ? PG_SKIP : false }, async (t) => {
+  const { url, schema } = await pgSchema(t)
+  const server = await startServer(t, { env: { DATABASE_URL: url } })
+  await adminQuery(`INSERT INTO ${schema}.plants (id, name) SELECT -i, 'seeded ' || i FROM generate_series(1, 20000) AS i`)
+  await exportWhileWriting(t, url, server)
+})
+
+/**
+ * An import into the store a server serves, its input held open: while it runs, the server's
+ * writes are answered 503 with the Error body within their deadline, and its reads go on; once
+ * the input ends, the import commits and writes are answered again.
+ */
+async function importWhileServing (server: Server, databaseUrl: string, locked: () => Promise<boolean>): Promise<void> {
+  const child = spawn(process.execPath, [MAIN, 'import'], { env: { ...process.env, DATABASE_URL: databaseUrl }, stdio: ['pipe', 'ignore', 'pipe'] })
+  let stderr = ''
+  child.stderr.setEncoding('utf8').on('data', (chunk: string) => { stderr += chunk })
+  const exited = new Promise<number | null>(resolve => child.once('exit', resolve))
+  child.stdin.write(Array.from({ length: 1500 }, (_, i) => `{"id":${i + 1},"name":"imported ${i + 1}"}\n`).join(''))
+  const deadline = Date.now() + 20_000
+  while (!await locked()) {
+    assert.ok(Date.now() < deadline && child.exitCode === null, `the import did not take its lock: ${stderr}`)
+    await sleep(20)
+  }
+  const started = Date.now()
+  const write = await call(server, 'POST', '/plants', { body: { id: 1_000_000, name: 'meanwhile' } })
+  assert.ok(isErrorBody(write, 503), write.text)
+  assert.ok(Date.now() - started < 5000, `answered within the deadline (${Date.now() - started} ms)`)
+  const read = await call(server, 'GET', '/plants?limit=5')
+  assert.equal(read.status, 200)
+  assert.deepEqual(read.body, [], 'reads go on, and see nothing of the import yet')
+
+  child.stdin.end('{"id":1501,"name":"last"}\n')
+  assert.equal(await exited, 0, stderr)
+  assert.match(stderr, /Imported 1501 plants\.\n$/)
+  assert.equal((await call(server, 'POST', '/plants', { body: { id: 1_000_000, name: 'after' } })).status, 200)
+  assert.equal((await call(server, 'GET', '/plants/1501')).body.name, 'last')
+}
+
+test('sqlite: while an import runs, a server on the store answers writes 503 within the deadline and goes on reading', async (t) => {
+  const server = await startServer(t)
+  await importWhileServing(server, server.dbPath, async () => {
+    const probe = new Database(server.dbPath)
+    try {
+      probe.exec('BEGIN IMMEDIATE')
+      probe.exec('ROLLBACK')
+      return false
+    } catch (error) {
+      if ((error as { code?: string }).code !== 'SQLITE_BUSY') throw error
+      return true
+    } finally {
+      probe.close()
+    }
+  })
+})
+
+test('postgres: while an import runs, a server on the store answers writes 503 within the deadline and goes on reading', { skip: PG_URL === undefined ? PG_SKIP : false }, async (t) => {
+  const { url, schema } = await pgSchema(t)
+  const server = await startServer(t, { env: { DATABASE_URL: url } })
+  await importWhileServing(server, url, async () => (await adminQuery(
+    "SELECT 1 FROM pg_locks WHERE relation = $1::regclass AND mode = 'ExclusiveLock' AND granted", [`${schema}.plants`])).rows.length === 1)
+})
+
+test('postgres: an export that fails part way ends with a line that makes an import of it fail; exit code 1 and one line', { skip: PG_URL === undefined ? PG_SKIP : false }, async (t) => {
+  const { url, schema } = await pgSchema(t, 'export_cut')
+  assert.equal(run(['migrate'], url).status, 0)
+  await adminQuery(`INSERT INTO ${schema}.plants (id, name) SELECT i, 'plant ' || i FROM generate_series(1, 20000) AS i`)
+  const child = spawn(process.execPath, [MAIN, 'export'], { env: { ...process.env, DATABASE_URL: url }, stdio: ['ignore', 'pipe', 'pipe'] })
+  const exited = new Promise<number | null>(resolve => child.once('exit', resolve))
+  let stderr = ''
+  child.stderr.setEncoding('utf8').on('data', (chunk: string) => { stderr += chunk })
+  const chunks: Buffer[] = []
+  child.stdout.on('data', (chunk: Buffer) => chunks.push(chunk))
+  // Once plants arrive, the reader pauses: the export waits with its snapshot open (idle in
+  // transaction, as it is only between its statements otherwise). End its connection then.
+  await new Promise(resolve => child.stdout.once('data', resolve))
+  child.stdout.pause()
+  const deadline = Date.now() + 10_000
+  let ended = 0
+  while (ended === 0 && Date.now() < deadline) {
+    await sleep(50)
+    ended = (await adminQuery("SELECT count(pg_terminate_backend(pid))::int AS n FROM pg_stat_activity WHERE application_name = 'export_cut' AND state = 'idle in transaction'")).rows[0].n
+  }
+  assert.equal(ended, 1)
+  child.stdout.resume()
+  assert.equal(await exited, 1)
+  assert.match(stderr, /^plantstore: The store is unavailable: [^\n]+\n$/)
+  const output = Buffer.concat(chunks).toString()
+  assert.ok(output.endsWith(`\n${EXPORT_FAILED}\n`), output.slice(-200))
+  const lines = output.split('\n').length - 1
+
+  const target = join(tempDir(t), 'target.db')
+  const result = run(['import'], target, output)
+  assert.equal(result.status, 1)
+  assert.match(result.stderr, new RegExp(`plantstore: Line ${lines} says that the export which wrote it failed there, so the plants after it are missing\\. Nothing was imported\\.\\n$`))
+  assert.deepEqual(sqlitePlants(target), [])
+})
+
+test('postgres: an export from SQLite holding U+0000 does not go into PostgreSQL: one line names the line, nothing is imported', { skip: PG_URL === undefined ? PG_SKIP : false }, async (t) => {
+  const path = sqliteStoreWith(tempDir(t), [{ id: 1n, name: 'fine' }, { id: 2n, name: 'nul \u0000 inside' }, { id: 3n, name: 'fine too' }])
+  const exported = exportOf(path, 3)
+  assert.ok(exported.includes('\\u0000'))
+  const { url, schema } = await pgSchema(t)
+  const result = run(['import'], url, exported)
+  assert.equal(result.status, 1)
+  assert.equal(result.stderr, 'plantstore: Line 2: The name or tag holds the character U+0000, which this store cannot keep; remove it. Nothing was imported.\n')
+  assert.deepEqual(await postgresPlants(schema), [])
+})

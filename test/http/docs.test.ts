@@ -1,0 +1,64 @@
+import assert from 'node:assert/strict'
+import { request } from 'node:http'
+import { test } from 'node:test'
+import { gunzipSync } from 'node:zlib'
+import { call, isErrorBody, startServer, type Server } from '../helpers.js'
+
+/** The raw bytes of a GET, with the headers given: fetch would undo a gzip. */
+async function rawGet (server: Server, path: string, headers: Record<string, string>): Promise<{ status: number, headers: Record<string, string | string[] | undefined>, bytes: Buffer }> {
+  return await new Promise((resolve, reject) => {
+    request(server.url + path, { headers }, response => {
+      const chunks: Buffer[] = []
+      response.on('data', (chunk: Buffer) => chunks.push(chunk))
+      response.on('end', () => resolve({ status: response.statusCode ?? 0, headers: response.headers, bytes: Buffer.concat(chunks) }))
+    }).on('error', reject).end()
+  })
+}
+
+test('GET /docs serves the reference page and its files without a token', async (t) => {
+  const server = await startServer(t)
+  const page = await call(server, 'GET', '/docs', { token: null })
+  assert.equal(page.status, 200)
+  assert.equal(page.headers.get('content-type'), 'text/html; charset=utf-8')
+  assert.equal(page.headers.get('cache-control'), 'no-cache')
+  const csp = page.headers.get('content-security-policy') ?? ''
+  assert.match(csp, /default-src 'none'/)
+  assert.match(csp, /script-src 'self';/, 'scripts from this service only, none inline')
+  assert.doesNotMatch(page.text, /<script>|<style|style=|https?:\/\//, 'no inline script or style, no absolute URL')
+
+  const files = [...page.text.matchAll(/(?:src|href)="(docs\/[^"]+)"/g)].map(match => `/${match[1]}`)
+  assert.deepEqual(files.map(file => file.replace(/\.[0-9a-f]{12}\./, '.')).sort(), ['/docs/start.js', '/docs/swagger-ui-bundle.js', '/docs/swagger-ui.css'])
+  for (const file of files) {
+    const plain = await rawGet(server, file, {})
+    assert.equal(plain.status, 200, file)
+    assert.equal(plain.headers['content-type'], file.endsWith('.css') ? 'text/css; charset=utf-8' : 'text/javascript; charset=utf-8', file)
+    assert.equal(plain.headers['cache-control'], 'public, max-age=31536000, immutable', file)
+    assert.equal(plain.headers['content-encoding'], undefined, `${file} is not compressed for a client that does not ask`)
+    const zipped = await rawGet(server, file, { 'accept-encoding': 'gzip, deflate, br' })
+    assert.equal(zipped.headers['content-encoding'], 'gzip', file)
+    assert.equal(zipped.headers.vary, 'accept-encoding', file)
+    assert.ok(gunzipSync(zipped.bytes).equals(plain.bytes), `${file} gzipped is the same file`)
+    const refused = await rawGet(server, file, { 'accept-encoding': 'gzip;q=0' })
+    assert.ok(refused.bytes.equals(plain.bytes), `${file}: gzip;q=0 is a refusal`)
+  }
+  assert.match((await call(server, 'GET', files.find(file => file.includes('start'))!, { token: null })).text, /url: 'openapi\.json'/, 'the page loads the served document')
+
+  const head = await fetch(`${server.url}/docs`, { method: 'HEAD' })
+  assert.equal(head.status, 200)
+  assert.equal(head.headers.get('content-type'), 'text/html; charset=utf-8')
+})
+
+test('/docs answers like any route: 405 with Allow for another method, 404 for an unknown file', async (t) => {
+  const server = await startServer(t)
+  const file = /src="docs\/([^"]+)"/.exec((await call(server, 'GET', '/docs', { token: null })).text)![1]
+  for (const [method, path] of [['POST', '/docs'], ['DELETE', '/docs'], ['PUT', `/docs/${file}`], ['POST', `/docs/${file}`]]) {
+    const answer = await call(server, method, path, { token: null, body: {} })
+    assert.ok(isErrorBody(answer, 405), `${method} ${path}: ${answer.status} ${answer.text}`)
+    assert.equal(answer.headers.get('allow'), 'GET, HEAD', `${method} ${path}`)
+  }
+  for (const path of ['/docs/swagger-ui-bundle.js', '/docs/start.000000000000.js', '/docs/..%2fpackage.json']) {
+    const answer = await call(server, 'GET', path, { token: null })
+    assert.ok(isErrorBody(answer, 404), `${path}: ${answer.status} ${answer.text}`)
+    assert.equal(answer.headers.get('cache-control'), null, `${path}: a 404 is not cached for good`)
+  }
+})

@@ -1,0 +1,139 @@
+import assert from 'node:assert/strict'
+import http from 'node:http'
+import { connect } from 'node:net'
+import { test } from 'node:test'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { call, holdWriteLock, isErrorBody, parseMetrics, sampleValue, startServer, type Sample, type Server } from '../helpers.js'
+
+async function scrape (server: Server): Promise<Sample[]> {
+  const answer = await call(server, 'GET', '/metrics', { token: null })
+  assert.equal(answer.status, 200)
+  return parseMetrics(answer.text)
+}
+
+/** Each series of `name`, by its labels. */
+function seriesOf (samples: Sample[], name: string): Map<string, number> {
+  return new Map(samples.filter(s => s.name === name).map(s => [JSON.stringify(s.labels), s.value]))
+}
+
+const requests = (samples: Sample[], method: string, route: string, status: string): number =>
+  sampleValue(samples, 'plantstore_http_requests_total', { method, route, status }) ?? 0
+
+test('GET /metrics: the Prometheus text format, without a token, like the other operations at its edges', async (t) => {
+  const server = await startServer(t)
+
+  await t.test('200 in the text format 0.0.4 with the service\'s and the process\'s metrics, no token needed', async () => {
+    const answer = await call(server, 'GET', '/metrics', { token: null })
+    assert.equal(answer.status, 200)
+    assert.equal(answer.headers.get('content-type'), 'text/plain; version=0.0.4; charset=utf-8')
+    for (const [name, type] of [['plantstore_http_requests_total', 'counter'], ['plantstore_http_request_duration_seconds', 'histogram'],
+      ['plantstore_http_requests_in_flight', 'gauge'], ['plantstore_http_shed_requests_total', 'counter'],
+      ['plantstore_store_operation_duration_seconds', 'histogram'], ['plantstore_store_errors_total', 'counter'],
+      ['plantstore_store_operations_in_flight', 'gauge'], ['plantstore_store_group_commit_writes', 'histogram'],
+      ['process_cpu_seconds_total', 'counter'], ['process_resident_memory_bytes', 'gauge'], ['nodejs_eventloop_lag_seconds', 'gauge']]) {
+      assert.match(answer.text, new RegExp(`^# TYPE ${name} ${type}$`, 'm'), name)
+    }
+    assert.doesNotThrow(() => parseMetrics(answer.text))
+    assert.equal((await call(server, 'HEAD', '/metrics', { token: null })).status, 200)
+  })
+
+  await t.test('another method is 405 with Allow, an unknown query parameter 400, both with the Error body', async () => {
+    const post = await call(server, 'POST', '/metrics', { token: null, body: {} })
+    assert.ok(isErrorBody(post, 405))
+    assert.equal(post.headers.get('allow'), 'GET, HEAD')
+    assert.ok(isErrorBody(await call(server, 'GET', '/metrics?name=x', { token: null }), 400))
+  })
+
+  await t.test('requests are counted by method, route template and status, each with its latency; scrapes of /metrics are not', async () => {
+    const before = await scrape(server)
+    assert.equal((await call(server, 'POST', '/plants', { body: { id: 7, name: 'Fern' } })).status, 200)
+    assert.equal((await call(server, 'POST', '/plants', { body: { id: 7, name: 'Fern' } })).status, 200)
+    assert.equal((await call(server, 'POST', '/plants', { body: { id: 7, name: 'Moss' } })).status, 409)
+    assert.equal((await call(server, 'GET', '/plants/7')).status, 200)
+    assert.equal((await call(server, 'GET', '/plants/8')).status, 404)
+    assert.equal((await call(server, 'GET', '/plants/8', { token: 'pst_wrong' })).status, 401)
+    assert.equal((await call(server, 'PUT', '/plants/7', { body: { tag: 'no name' } })).status, 400)
+    await scrape(server)
+    const after = await scrape(server)
+    const delta = (method: string, route: string, status: string): number => requests(after, method, route, status) - requests(before, method, route, status)
+    assert.equal(delta('POST', '/plants', '200'), 2)
+    assert.equal(delta('POST', '/plants', '409'), 1)
+    assert.equal(delta('GET', '/plants/{id}', '200'), 1)
+    assert.equal(delta('GET', '/plants/{id}', '404'), 1)
+    assert.equal(delta('GET', '/plants/{id}', '401'), 1)
+    assert.equal(delta('PUT', '/plants/{id}', '400'), 1)
+    assert.equal(after.filter(s => s.labels.route === '/metrics').length, 0, 'scrapes are not counted')
+    assert.equal(sampleValue(after, 'plantstore_http_requests_in_flight'), 0)
+    for (const [labels, count] of seriesOf(after, 'plantstore_http_requests_total')) {
+      const { method, route, status } = JSON.parse(labels)
+      assert.equal(sampleValue(after, 'plantstore_http_request_duration_seconds_count', { method, route, status }), count, labels)
+      assert.equal(sampleValue(after, 'plantstore_http_request_duration_seconds_bucket', { method, route, status, le: '+Inf' }), count, labels)
+      assert.ok(sampleValue(after, 'plantstore_http_request_duration_seconds_sum', { method, route, status })! > 0, labels)
+    }
+  })
+
+  await t.test('store calls are timed by operation, and each commit\'s writes observed', async () => {
+    const before = await scrape(server)
+    await Promise.all([10, 11, 12].map(id => call(server, 'POST', '/plants', { body: { id, name: 'Ivy' } })))
+    assert.equal((await call(server, 'GET', '/plants?limit=2')).status, 200)
+    const after = await scrape(server)
+    const delta = (name: string, labels: Record<string, string> = {}): number => sampleValue(after, name, labels)! - (sampleValue(before, name, labels) ?? 0)
+    assert.equal(delta('plantstore_store_operation_duration_seconds_count', { operation: 'create' }), 3)
+    assert.equal(delta('plantstore_store_operation_duration_seconds_count', { operation: 'list' }), 1)
+    assert.equal(delta('plantstore_store_group_commit_writes_sum'), 3, 'three writes committed')
+    assert.ok(delta('plantstore_store_group_commit_writes_count') >= 1 && delta('plantstore_store_group_commit_writes_count') <= 3)
+    assert.equal(sampleValue(after, 'plantstore_store_operations_in_flight', { operation: 'create' }), 0)
+  })
+
+  await t.test('1000 requests to random unknown paths, in any method, add no series: all count under route="unmatched"', async () => {
+    assert.equal((await call(server, 'GET', '/nowhere')).status, 404)
+    assert.equal((await call(server, 'DELETE', '/nowhere')).status, 404)
+    const before = await scrape(server)
+    const agent = new http.Agent({ keepAlive: true, maxSockets: 16 })
+    t.after(() => agent.destroy())
+    const statuses = await Promise.all(Array.from({ length: 1000 }, (_, i) => new Promise<number>((resolve, reject) => {
+      const path = `/${Math.random().toString(36).slice(2)}/${i}?q=${i}`
+      http.request(`${server.url}${path}`, { method: i % 2 === 0 ? 'GET' : 'DELETE', agent }, response => {
+        response.resume().on('end', () => resolve(response.statusCode ?? 0))
+      }).on('error', reject).end()
+    })))
+    assert.ok(statuses.every(status => status === 404))
+    const after = await scrape(server)
+    const keys = (samples: Sample[]): string[] => samples.filter(s => s.name.startsWith('plantstore_http_')).map(s => `${s.name}${JSON.stringify(s.labels)}`).sort()
+    assert.deepEqual(keys(after), keys(before), 'the same series, no new ones')
+    assert.equal(requests(after, 'GET', 'unmatched', '404') - requests(before, 'GET', 'unmatched', '404'), 500)
+    assert.equal(requests(after, 'DELETE', 'unmatched', '404') - requests(before, 'DELETE', 'unmatched', '404'), 500)
+  })
+})
+
+test('while the store cannot write: requests and store calls in flight show, a 503 past the deadline counts as shed with its reason, and a client that leaves counts as 499', { timeout: 20_000 }, async (t) => {
+  const server = await startServer(t)
+  const { released } = await holdWriteLock(t, server.dbPath, 3500)
+  const waiting = call(server, 'POST', '/plants', { body: { id: 1, name: 'waits' } })
+  // A second client sends its POST, then leaves before the answer.
+  const leaver = connect(Number(new URL(server.url).port), '127.0.0.1')
+  const body = JSON.stringify({ id: 2, name: 'leaves' })
+  leaver.write(`POST /plants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${server.token}\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`)
+  await sleep(400)
+  let samples = await scrape(server)
+  assert.equal(sampleValue(samples, 'plantstore_http_requests_in_flight'), 2)
+  assert.equal(sampleValue(samples, 'plantstore_store_operations_in_flight', { operation: 'create' }), 2)
+  leaver.destroy()
+  await sleep(200)
+  samples = await scrape(server)
+  assert.equal(sampleValue(samples, 'plantstore_http_requests_in_flight'), 1, 'the request whose client left is no longer in flight')
+  assert.equal(requests(samples, 'POST', '/plants', '499'), 1)
+  assert.equal(sampleValue(samples, 'plantstore_store_operations_in_flight', { operation: 'create' }), 2, 'its write still waits in the store')
+
+  const answer = await waiting
+  assert.ok(isErrorBody(answer, 503))
+  await sleep(100)
+  samples = await scrape(server)
+  assert.equal(requests(samples, 'POST', '/plants', '503'), 1)
+  assert.equal(sampleValue(samples, 'plantstore_http_shed_requests_total', { reason: 'deadline' }), 2, 'both requests were shed, the one whose client had left too')
+  assert.equal(sampleValue(samples, 'plantstore_store_errors_total', { operation: 'create', kind: 'deadline' }), 2, 'both writes failed in the store')
+  assert.equal(sampleValue(samples, 'plantstore_http_requests_in_flight'), 0)
+  assert.equal(sampleValue(samples, 'plantstore_store_operations_in_flight', { operation: 'create' }), 0)
+  await released
+  assert.equal((await call(server, 'POST', '/plants', { body: { id: 3, name: 'after' } })).status, 200)
+})

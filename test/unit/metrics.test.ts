@@ -1,0 +1,90 @@
+import assert from 'node:assert/strict'
+import { test } from 'node:test'
+import { Registry } from 'prom-client'
+import { StoreUnavailableError, UnstorableTextError } from '../../src/errors.js'
+import { HotHistogram } from '../../src/metrics/histogram.js'
+import { createMetrics } from '../../src/metrics/metrics.js'
+import { instrumentStore } from '../../src/metrics/store.js'
+import type { Store } from '../../src/store/store.js'
+import { parseMetrics, sampleValue } from '../helpers.js'
+
+test('a hot histogram exposes cumulative buckets, +Inf, sum and count; a value on a bound counts in that bound\'s bucket', async () => {
+  const registry = new Registry()
+  const histogram = new HotHistogram({ name: 'test_seconds', help: 'Test.', labelNames: ['kind'], buckets: [0.1, 1, 0.01], registers: [registry] })
+  const fast = histogram.series({ kind: 'fast' })
+  assert.equal(histogram.series({ kind: 'fast' }), fast, 'the same labels give the same series')
+  for (const value of [0.005, 0.01, 0.5, 1, 7]) fast.observe(value)
+  histogram.series({ kind: 'idle' })
+  const text = await registry.metrics()
+  assert.match(text, /^# HELP test_seconds Test\.\n# TYPE test_seconds histogram\n/)
+  const samples = parseMetrics(text)
+  const bucket = (kind: string, le: string): number | undefined => sampleValue(samples, 'test_seconds_bucket', { kind, le })
+  assert.deepEqual(['0.01', '0.1', '1', '+Inf'].map(le => bucket('fast', le)), [2, 2, 4, 5])
+  assert.equal(sampleValue(samples, 'test_seconds_count', { kind: 'fast' }), 5)
+  assert.ok(Math.abs(sampleValue(samples, 'test_seconds_sum', { kind: 'fast' })! - 8.515) < 1e-9)
+  assert.deepEqual(['0.01', '+Inf'].map(le => bucket('idle', le)), [0, 0], 'a series without observations shows zeros')
+  registry.resetMetrics()
+  assert.equal(sampleValue(parseMetrics(await registry.metrics()), 'test_seconds_count', { kind: 'fast' }), 0)
+})
+
+/** A store whose every call waits for the test to settle it. */
+function heldStore (): { store: Store, settle: Array<(outcome: { value?: unknown, error?: Error }) => void> } {
+  const settle: Array<(outcome: { value?: unknown, error?: Error }) => void> = []
+  const held = (): Promise<unknown> => new Promise((resolve, reject) => settle.push(({ value, error }) => error === undefined ? resolve(value) : reject(error)))
+  // What the instrumentation sets on the store (onCommit) stays set; every other member is a held call.
+  const store = new Proxy({}, { get: (target, name) => Reflect.get(target, name) ?? held }) as Store
+  return { store, settle }
+}
+
+test('the instrumented store times each call by operation, counts calls in flight, and counts failures by kind, passing every outcome on unchanged', async () => {
+  const metrics = createMetrics()
+  const { store, settle } = heldStore()
+  const instrumented = instrumentStore(store, metrics)
+  const calls = [
+    instrumented.create({ id: 1n, name: 'a' }),
+    instrumented.create({ id: 2n, name: 'b' }),
+    instrumented.create({ id: 3n, name: 'c' }),
+    instrumented.get(1n),
+    instrumented.replace(1n, { name: '\u0000' }),
+    instrumented.remove(1n)
+  ].map(call => call.then(value => ({ value }), (error: Error) => ({ error })))
+  let samples = parseMetrics(await metrics.registry.metrics())
+  assert.equal(sampleValue(samples, 'plantstore_store_operations_in_flight', { operation: 'create' }), 3)
+  assert.equal(sampleValue(samples, 'plantstore_store_operations_in_flight', { operation: 'get' }), 1)
+  assert.equal(sampleValue(samples, 'plantstore_store_operations_in_flight', { operation: 'list' }), 0)
+
+  const capacity = new StoreUnavailableError('full', 'capacity')
+  const deadline = new StoreUnavailableError('late', 'deadline')
+  const unstorable = new UnstorableTextError('NUL')
+  const bug = new Error('bug')
+  settle[0]({ value: 'created' })
+  settle[1]({ error: capacity })
+  settle[2]({ error: deadline })
+  settle[3]({ value: undefined })
+  settle[4]({ error: unstorable })
+  settle[5]({ error: bug })
+  assert.deepEqual(await Promise.all(calls), [{ value: 'created' }, { error: capacity }, { error: deadline }, { value: undefined }, { error: unstorable }, { error: bug }])
+
+  samples = parseMetrics(await metrics.registry.metrics())
+  assert.equal(sampleValue(samples, 'plantstore_store_operations_in_flight', { operation: 'create' }), 0)
+  assert.equal(sampleValue(samples, 'plantstore_store_operation_duration_seconds_count', { operation: 'create' }), 3, 'failures are timed too')
+  assert.equal(sampleValue(samples, 'plantstore_store_operation_duration_seconds_count', { operation: 'get' }), 1)
+  for (const [operation, kind] of [['create', 'capacity'], ['create', 'deadline'], ['replace', 'refused'], ['remove', 'internal']]) {
+    assert.equal(sampleValue(samples, 'plantstore_store_errors_total', { operation, kind }), 1, `${operation} ${kind}`)
+  }
+  assert.equal(samples.filter(s => s.name === 'plantstore_store_errors_total').length, 4, 'no other failure counted')
+})
+
+test('the instrumented store observes the group commits its store reports, and shows none until the first', async () => {
+  const metrics = createMetrics()
+  const { store: bare } = heldStore()
+  instrumentStore(bare, metrics)
+  assert.equal(sampleValue(parseMetrics(await metrics.registry.metrics()), 'plantstore_store_group_commit_writes_count'), undefined)
+  bare.onCommit?.(1)
+  bare.onCommit?.(40)
+  const samples = parseMetrics(await metrics.registry.metrics())
+  assert.equal(sampleValue(samples, 'plantstore_store_group_commit_writes_count'), 2)
+  assert.equal(sampleValue(samples, 'plantstore_store_group_commit_writes_sum'), 41)
+  assert.equal(sampleValue(samples, 'plantstore_store_group_commit_writes_bucket', { le: '32' }), 1)
+  assert.equal(sampleValue(samples, 'plantstore_store_group_commit_writes_bucket', { le: '64' }), 2)
+})
