@@ -1,0 +1,67 @@
+import assert from 'node:assert/strict'
+import { existsSync, mkdirSync } from 'node:fs'
+import { join } from 'node:path'
+import { test } from 'node:test'
+import { chromium, type Request } from 'playwright-core'
+import { call, ROOT, startServer } from '../helpers.js'
+
+// Debian's chromium package (apt-get install chromium; .ci/run installs it): never a browser download.
+const CHROMIUM = '/usr/bin/chromium'
+const ARTIFACTS = join(ROOT, 'test-artifacts')
+
+// Without the browser, the rest of the suite still runs; in CI (CI set) a missing browser fails instead.
+const skip = !existsSync(CHROMIUM) && process.env.CI === undefined && `${CHROMIUM} is absent: apt-get install chromium to run the browser test`
+
+test('the /docs page shows POST /plants from the served document, creates a plant with a token, and asks nothing of any other host', { skip, timeout: 90_000 }, async (t) => {
+  const server = await startServer(t)
+  const browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking'] })
+  t.after(() => browser.close())
+  const page = await browser.newPage()
+  page.setDefaultTimeout(30_000) // generous, as the test's own limit: CI's two cores may be busy with other tests
+  const requests: Request[] = []
+  const finished = new Set<Request>()
+  const errors: string[] = []
+  page.on('request', request => requests.push(request))
+  page.on('requestfinished', request => finished.add(request))
+  page.on('requestfailed', request => { finished.add(request); errors.push(`${request.url()}: ${request.failure()?.errorText ?? 'failed'}`) })
+  page.on('console', message => { if (message.type() === 'error') errors.push(message.text()) })
+  page.on('pageerror', error => errors.push(error.message))
+
+  const started = performance.now()
+  // Waits for what the page needs, not for the network to fall silent ('networkidle', which
+  // Playwright advises against in tests, timed out on a busy CI machine with the page rendered).
+  const documentLoaded = page.waitForResponse(`${server.url}/openapi.json`)
+  await page.goto(`${server.url}/docs`)
+  assert.equal((await documentLoaded).status(), 200, 'the page loads the served document')
+  const create = page.locator('.opblock-post').filter({ has: page.getByText('/plants', { exact: true }) })
+  const summary = create.getByRole('button', { name: /^POST\s*\/plants/ })
+  await summary.waitFor()
+  const shown = performance.now() - started
+  let transferred = 0
+  for (const request of finished) {
+    const sizes = await request.sizes()
+    transferred += sizes.responseHeadersSize + sizes.responseBodySize
+  }
+  t.diagnostic(`POST /plants shown ${Math.round(shown)} ms after navigation; ${finished.size} requests, ${transferred} bytes transferred`)
+  assert.ok(transferred < 1024 * 1024, `the page is sent compressed: ${transferred} bytes`)
+
+  // Interactive: authorize with the server's token, send the example body through "Try it out".
+  await page.getByRole('button', { name: 'Authorize' }).click()
+  const dialog = page.locator('.modal-ux') // Swagger UI's dialog has no dialog role
+  await dialog.getByRole('textbox').fill(server.token)
+  await dialog.getByRole('button', { name: 'Apply credentials' }).click()
+  await dialog.getByRole('button', { name: 'Close', exact: true }).click()
+  await summary.click()
+  await create.getByRole('button', { name: 'Try it out' }).click()
+  await create.locator('textarea.body-param__text').fill('{"id": 4711, "name": "Fern from the docs page", "tag": "shade"}')
+  await create.getByRole('button', { name: 'Execute' }).click()
+  await create.locator('.live-responses-table .response-col_status').getByText('200', { exact: true }).waitFor()
+  const stored = await call(server, 'GET', '/plants/4711')
+  assert.deepEqual(stored.body, { id: 4711, name: 'Fern from the docs page', tag: 'shade' })
+
+  mkdirSync(ARTIFACTS, { recursive: true })
+  await page.screenshot({ path: join(ARTIFACTS, 'docs.png'), fullPage: true })
+  const elsewhere = requests.map(request => request.url()).filter(url => new URL(url).hostname !== '127.0.0.1')
+  assert.deepEqual(elsewhere, [], 'no request left 127.0.0.1')
+  assert.deepEqual(errors, [], 'no console error')
+})
