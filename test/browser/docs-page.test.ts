@@ -59,6 +59,7 @@ test('the /docs page shows POST /plants from the served document, creates a plan
   const stored = await call(server, 'GET', '/plants/4711')
   assert.deepEqual(stored.body, { id: 4711, name: 'Fern from the docs page', tag: 'shade' })
 
+  t.diagnostic(`requests: ${requests.map(request => `${request.method()} ${request.url().slice(0, 80)}${finished.has(request) ? '' : ' (unfinished)'}`).join(', ')}`)
   mkdirSync(ARTIFACTS, { recursive: true })
   await page.screenshot({ path: join(ARTIFACTS, 'docs.png'), fullPage: true })
   const elsewhere = requests.map(request => request.url()).filter(url => new URL(url).hostname !== '127.0.0.1')
