@@ -1,10 +1,12 @@
-// `plantstore/client` as a consumer gets it: the built package in node_modules (as `npm install`
-// of a folder links it), imported by plain Node, type-checked by tsc, bundled for a browser.
+// `plantstore/client` as a consumer gets it: the package as `npm pack` makes it (so only the files
+// package.json's "files" ships), unpacked in node_modules, imported by plain Node, type-checked by
+// tsc, bundled for a browser.
 import assert from 'node:assert/strict'
 import { execFile } from 'node:child_process'
-import { mkdirSync, symlinkSync, writeFileSync } from 'node:fs'
+import { mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
 import { join, relative } from 'node:path'
-import { test, type TestContext } from 'node:test'
+import { after, before, test, type TestContext } from 'node:test'
 import { pathToFileURL } from 'node:url'
 import { promisify } from 'node:util'
 import { build } from 'esbuild'
@@ -12,11 +14,22 @@ import { ROOT, startServer, tempDir } from '../helpers.js'
 
 const run = promisify(execFile)
 
-/** A consumer's directory, with this package in its node_modules and `files` written in it. */
+// Packed once for the file, from the build `npm test` made first (hence --ignore-scripts).
+const packDir = mkdtempSync(join(tmpdir(), 'plantstore-pack-'))
+let packed = ''
+before(async () => {
+  const { stdout } = await run('npm', ['pack', '--ignore-scripts', '--json', '--pack-destination', packDir], { cwd: ROOT, timeout: 60_000 })
+  const [{ filename }] = JSON.parse(stdout) as Array<{ filename: string }>
+  await run('tar', ['-xzf', join(packDir, filename), '-C', packDir])
+  packed = join(packDir, 'package')
+})
+after(() => rmSync(packDir, { recursive: true, force: true }))
+
+/** A consumer's directory, with the packed package in its node_modules and `files` written in it. */
 function consumer (t: TestContext, files: Record<string, string>): string {
   const dir = tempDir(t)
   mkdirSync(join(dir, 'node_modules'))
-  symlinkSync(ROOT, join(dir, 'node_modules', 'plantstore'), 'dir')
+  symlinkSync(packed, join(dir, 'node_modules', 'plantstore'), 'dir')
   for (const [name, text] of Object.entries({ 'package.json': '{ "type": "module" }', ...files })) writeFileSync(join(dir, name), text)
   return dir
 }
@@ -35,6 +48,16 @@ test('plain Node imports plantstore/client from node_modules and keeps the id ex
   const dir = consumer(t, { 'main.js': `import { createClient } from 'plantstore/client'\n${USE}` })
   const { stdout } = await run(process.execPath, ['main.js', server.url, server.token], { cwd: dir, timeout: 10_000 })
   assert.equal(stdout, 'bigint 9223372036854775807\n')
+})
+
+test('the package ships what the service and the client load, and no tests or sources', async () => {
+  const { stdout } = await run('npm', ['pack', '--ignore-scripts', '--dry-run', '--json'], { cwd: ROOT, timeout: 60_000 })
+  const [{ files }] = JSON.parse(stdout) as Array<{ files: Array<{ path: string }> }>
+  const paths = files.map(file => file.path)
+  for (const needed of ['package.json', 'README.md', 'dist/cli/main.js', 'dist/client/index.js', 'dist/client/index.d.ts', 'openapi/plantstore.json', 'dist/store/migrations/postgres/003-create-rate-windows.sql']) {
+    assert.ok(paths.includes(needed), `${needed} is in the package`)
+  }
+  assert.deepEqual(paths.filter(path => /^(test|src|scripts)\//.test(path)), [])
 })
 
 test('tsc type-checks a consumer against the published declarations, with node16 and bundler resolution', async (t) => {
@@ -61,7 +84,7 @@ test('a browser bundle of plantstore/client has no node: import and works over f
   const server = await startServer(t)
   const dir = consumer(t, { 'entry.js': "export { createClient } from 'plantstore/client'\n" })
   const result = await build({ entryPoints: [join(dir, 'entry.js')], absWorkingDir: ROOT, bundle: true, platform: 'browser', format: 'esm', write: false, metafile: true, logLevel: 'silent' })
-  assert.deepEqual(Object.keys(result.metafile.inputs).sort(), [relative(ROOT, join(dir, 'entry.js')), 'dist/client/index.js', 'dist/json.js'].sort())
+  assert.deepEqual(Object.keys(result.metafile.inputs).sort(), [join(dir, 'entry.js'), join(packed, 'dist/client/index.js'), join(packed, 'dist/json.js')].map(file => relative(ROOT, file)).sort())
   const code = result.outputFiles[0].text
   assert.doesNotMatch(code, /\bnode:|\brequire\(|\bprocess\.|\bBuffer\b/)
 
