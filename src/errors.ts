@@ -164,9 +164,22 @@ function onceASecond (log: Logger): (reqId: string, cause: string) => void {
   }
 }
 
+/** Counts a request refused before routing, by its status and reason, and its connection when Node refused it: for the metrics. */
+export type CountRefusal = (status: number, reason: FailureName, socket?: Socket) => void
+
+/** A request refused before routing: a warn line with its reason (never a header value, so never a token), and a count. */
+function refusalReport (log: Logger, count: CountRefusal | undefined) {
+  return (reason: FailureName, fields: { reqId?: string, code?: string } = {}, socket?: Socket): void => {
+    const { status } = failures[reason]
+    log.warn({ ...fields, status, reason }, 'request refused before routing')
+    count?.(status, reason, socket)
+  }
+}
+
 /** Replaces Fastify's and Node's error replies with the Error body, everywhere. */
-export function installErrorHandling (app: FastifyInstance, log: Logger): void {
+export function installErrorHandling (app: FastifyInstance, log: Logger, countRefusal?: CountRefusal): void {
   const storeTrouble = onceASecond(log)
+  const refused = refusalReport(log, countRefusal)
   app.setErrorHandler((error: FastifyError, request: FastifyRequest, reply: FastifyReply) => {
     const failure = toApiError(error)
     if (failure.failure === 'unavailable') storeTrouble(request.id, error.message)
@@ -182,7 +195,7 @@ export function installErrorHandling (app: FastifyInstance, log: Logger): void {
   // Node answers an Expect other than 100-continue with an empty 417 unless someone listens.
   app.server.on('checkExpectation', (_request: IncomingMessage, response: ServerResponse) => {
     const failure = failures.expectationFailed
-    log.warn({ status: failure.status, reason: 'expectationFailed' }, 'request refused before routing')
+    refused('expectationFailed')
     const body = errorBody(failure.status, failure.message)
     response.writeHead(failure.status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body), connection: 'close' }).end(body)
   })
@@ -192,10 +205,11 @@ export function installErrorHandling (app: FastifyInstance, log: Logger): void {
  * Fastify's `frameworkErrors`: a path that cannot be routed (bad percent-encoding, a parameter
  * over the length limit) answers the Error body, logged like every failure before routing.
  */
-export function frameworkErrorHandler (log: Logger): (error: FastifyError, request: FastifyRequest, reply: FastifyReply) => void {
+export function frameworkErrorHandler (log: Logger, countRefusal?: CountRefusal): (error: FastifyError, request: FastifyRequest, reply: FastifyReply) => void {
+  const refused = refusalReport(log, countRefusal)
   return (error, request, reply) => {
     const failure = toApiError(error)
-    log.warn({ reqId: request.id, status: failure.status, reason: failure.failure }, 'request refused before routing')
+    refused(failure.failure, { reqId: request.id })
     send(reply, failure)
   }
 }
@@ -211,7 +225,8 @@ const clientErrorCodes: Record<string, FailureName> = {
  * request that stops arriving) with the Error body, and logs each at warn with its reason;
  * never a header value, so never a token.
  */
-export function clientErrorHandler (log: Logger): (error: NodeJS.ErrnoException, socket: Socket) => void {
+export function clientErrorHandler (log: Logger, countRefusal?: CountRefusal): (error: NodeJS.ErrnoException, socket: Socket) => void {
+  const refused = refusalReport(log, countRefusal)
   return (error, socket) => {
     const name = clientErrorCodes[error.code ?? ''] ?? 'badRequest'
     const failure = failures[name]
@@ -220,7 +235,7 @@ export function clientErrorHandler (log: Logger): (error: NodeJS.ErrnoException,
       socket.destroy()
       return
     }
-    log.warn({ status: failure.status, reason: name, code: error.code }, 'request refused before routing')
+    refused(name, { code: error.code }, socket)
     const body = errorBody(failure.status, failure.message)
     socket.end(`HTTP/1.1 ${failure.status} ${STATUS_CODES[failure.status] ?? ''}\r\n` +
       `Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`)

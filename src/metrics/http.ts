@@ -1,5 +1,6 @@
 import type { FastifyInstance } from 'fastify'
-import { StoreUnavailableError } from '../errors.js'
+import type { Socket } from 'node:net'
+import { StoreUnavailableError, type CountRefusal } from '../errors.js'
 import type { Series } from './histogram.js'
 import type { Metrics } from './metrics.js'
 
@@ -7,6 +8,24 @@ import type { Metrics } from './metrics.js'
 export const UNMATCHED = 'unmatched'
 /** The status label of a request whose client closed the connection before the answer was written (nginx's convention). */
 export const CLIENT_CLOSED = 499
+
+/** On a connection, its request routed and not yet answered: the status Node answered it with, if it did (a 408 for a body too slow). */
+const ROUTED = Symbol('plantstore.routed')
+interface Routed { answeredBeforeRoute?: number }
+type Connection = Socket & { [ROUTED]?: Routed }
+
+/**
+ * Counts a refusal of Node's or Fastify's under plantstore_http_refused_before_routing_total,
+ * unless the connection's request had been routed (its body too slow to arrive): then its
+ * route's series shows the status it was answered with, not 499.
+ */
+export function refusalCounter (metrics: Metrics): CountRefusal {
+  return (status, reason, socket) => {
+    const routed = (socket as Connection | undefined)?.[ROUTED]
+    if (routed !== undefined) routed.answeredBeforeRoute = status
+    else metrics.refusedBeforeRouting.inc({ status: String(status), reason })
+  }
+}
 
 /**
  * Times and counts every routed request but the scrapes of `/metrics` themselves, by method, route
@@ -33,9 +52,13 @@ export function installRequestMetrics (app: FastifyInstance, metrics: Metrics): 
     if (url === '/metrics') return done()
     const start = performance.now()
     state.requestsInFlight++
+    const connection: Connection = request.raw.socket
+    const routed: Routed = {}
+    connection[ROUTED] = routed
     reply.raw.once('close', () => {
       state.requestsInFlight--
-      const status = reply.raw.writableFinished ? reply.raw.statusCode : CLIENT_CLOSED
+      if (connection[ROUTED] === routed) connection[ROUTED] = undefined
+      const status = reply.raw.writableFinished ? reply.raw.statusCode : routed.answeredBeforeRoute ?? CLIENT_CLOSED
       seriesOf(request.method, url, status).observe((performance.now() - start) / 1000)
     })
     done()

@@ -79,6 +79,12 @@ export function createMetrics () {
       labelNames: ['reason'],
       registers
     }),
+    refusedBeforeRouting: new Counter({
+      name: 'plantstore_http_refused_before_routing_total',
+      help: 'Requests answered before routing (not in plantstore_http_requests_total), by status and reason: malformed HTTP, headers too large, too slow to arrive (408), an unroutable path, an Expect other than 100-continue.',
+      labelNames: ['status', 'reason'],
+      registers
+    }),
     storeErrors: new Counter({
       name: 'plantstore_store_errors_total',
       help: 'Store calls that failed, by operation and kind: capacity, deadline, unavailable (answered 503), refused (text the store cannot keep, 400), internal (a bug, 500).',

@@ -3,6 +3,7 @@ import http from 'node:http'
 import { connect } from 'node:net'
 import { test } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
+import { rawExchange } from '../raw.js'
 import { call, holdWriteLock, isErrorBody, parseMetrics, sampleValue, startServer, type Sample, type Server } from '../helpers.js'
 
 async function scrape (server: Server): Promise<Sample[]> {
@@ -28,6 +29,7 @@ test('GET /metrics: the Prometheus text format, without a token, like the other 
     assert.equal(answer.headers.get('content-type'), 'text/plain; version=0.0.4; charset=utf-8')
     for (const [name, type] of [['plantstore_http_requests_total', 'counter'], ['plantstore_http_request_duration_seconds', 'histogram'],
       ['plantstore_http_requests_in_flight', 'gauge'], ['plantstore_http_shed_requests_total', 'counter'],
+      ['plantstore_http_refused_before_routing_total', 'counter'],
       ['plantstore_store_operation_duration_seconds', 'histogram'], ['plantstore_store_errors_total', 'counter'],
       ['plantstore_store_operations_in_flight', 'gauge'], ['plantstore_store_group_commit_writes', 'histogram'],
       ['process_cpu_seconds_total', 'counter'], ['process_resident_memory_bytes', 'gauge'], ['nodejs_eventloop_lag_seconds', 'gauge']]) {
@@ -85,6 +87,28 @@ test('GET /metrics: the Prometheus text format, without a token, like the other 
     assert.equal(sampleValue(after, 'plantstore_store_operations_in_flight', { operation: 'create' }), 0)
   })
 
+  await t.test('requests refused before routing count by status and reason, and in no route\'s series', async () => {
+    const before = await scrape(server)
+    const auth = `Authorization: Bearer ${server.token}\r\n`
+    const refusals: Array<[string, number, string]> = [
+      [`GET /plants/${'1'.repeat(101)} HTTP/1.1\r\nHost: x\r\n${auth}\r\n`, 414, 'pathTooLong'],
+      [`GET /plants/%zz HTTP/1.1\r\nHost: x\r\n${auth}\r\n`, 400, 'badPath'],
+      [`GET /plants/%zz HTTP/1.1\r\nHost: x\r\n${auth}\r\n`, 400, 'badPath'],
+      [`POST /plants HTTP/1.1\r\nHost: x\r\nExpect: 200-ok\r\n${auth}Content-Type: application/json\r\nContent-Length: 21\r\n\r\n`, 417, 'expectationFailed'],
+      [`GET /plants HTTP/1.1\r\nHost: x\r\nX-Big: ${'b'.repeat(20_000)}\r\n\r\n`, 431, 'headersTooLarge'],
+      ['NOT HTTP AT ALL\r\n\r\n', 400, 'badRequest']
+    ]
+    for (const [bytes, status] of refusals) assert.match((await rawExchange(server, bytes, { waitMs: 1000 })).text, new RegExp(`^HTTP/1.1 ${status} `))
+    const after = await scrape(server)
+    const refused = (samples: Sample[], status: number, reason: string): number =>
+      sampleValue(samples, 'plantstore_http_refused_before_routing_total', { status: String(status), reason }) ?? 0
+    for (const [status, reason, count] of [[414, 'pathTooLong', 1], [400, 'badPath', 2], [417, 'expectationFailed', 1], [431, 'headersTooLarge', 1], [400, 'badRequest', 1]] as const) {
+      assert.equal(refused(after, status, reason) - refused(before, status, reason), count, reason)
+    }
+    const routed = (samples: Sample[]): number => [...seriesOf(samples, 'plantstore_http_requests_total').values()].reduce((sum, value) => sum + value, 0)
+    assert.equal(routed(after) - routed(before), 0, 'none counted as a routed request')
+  })
+
   await t.test('1000 requests to random unknown paths, in any method, add no series: all count under route="unmatched"', async () => {
     assert.equal((await call(server, 'GET', '/nowhere')).status, 404)
     assert.equal((await call(server, 'DELETE', '/nowhere')).status, 404)
@@ -136,4 +160,21 @@ test('while the store cannot write: requests and store calls in flight show, a 5
   assert.equal(sampleValue(samples, 'plantstore_store_operations_in_flight', { operation: 'create' }), 0)
   await released
   assert.equal((await call(server, 'POST', '/plants', { body: { id: 3, name: 'after' } })).status, 200)
+})
+
+test('too slow to arrive: a routed request (its body late) counts under its route as the 408 it was answered, not 499; one whose headers are late, as a refusal before routing', { timeout: 10_000 }, async (t) => {
+  const server = await startServer(t, { env: { REQUEST_TIMEOUT: '1' } })
+  const body = '{"id": 408, "name": "Slow"}'
+  const head = `POST /plants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${server.token}\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n`
+  const answers = await Promise.all([
+    rawExchange(server, head + body.slice(0, 10), { waitMs: 3000 }),
+    rawExchange(server, head.slice(0, 30), { waitMs: 3000 })
+  ])
+  for (const answer of answers) assert.match(answer.text, /^HTTP\/1.1 408 /)
+  await sleep(100)
+  const samples = await scrape(server)
+  assert.equal(requests(samples, 'POST', '/plants', '408'), 1)
+  assert.equal(requests(samples, 'POST', '/plants', '499'), 0)
+  assert.equal(sampleValue(samples, 'plantstore_http_refused_before_routing_total', { status: '408', reason: 'requestTimeout' }), 1)
+  assert.equal(sampleValue(samples, 'plantstore_http_requests_in_flight'), 0)
 })
