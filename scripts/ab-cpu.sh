@@ -5,7 +5,8 @@
 # minute. The server's own CPU time (utime + stime from /proc) per answered request moves less
 # than req/s when other work shares the machine. The service runs as `npm start` does, with
 # LOG_LEVEL=warn and no rate limit; servers pinned to CPU 0, wrk to CPU 1 (taskset), as in the bench.
-# Usage: scripts/ab-cpu.sh OTHER_CHECKOUT [post|get] [PAIRS (20)] [SECONDS a burst (3)]
+# Usage: scripts/ab-cpu.sh OTHER_CHECKOUT [post|get|list] [PAIRS (20)] [SECONDS a burst (3)]
+# (list: pages of 100 of 150 plants.) Each burst also prints wrk's p99 in ms.
 set -euo pipefail
 A=$(cd "$1" && pwd)
 B=$(cd "$(dirname "$0")/.." && pwd)
@@ -47,6 +48,12 @@ function done()
   out:close()
 end
 LUA
+  elif [ "$SCENARIO" = list ]; then
+    for id in $(seq 2 150); do
+      curl -s -o /dev/null -X POST "http://127.0.0.1:$port/plants" -H "Authorization: Bearer $token" \
+        -H 'Content-Type: application/json' -d "{\"id\": $id, \"name\": \"Plant $id\", \"tag\": \"bench\"}"
+    done
+    printf 'wrk.headers["Authorization"] = "Bearer %s"\nwrk.path = "/plants?limit=100"\n' "$token" > "$WORK/$name.lua"
   else
     printf 'wrk.headers["Authorization"] = "Bearer %s"\nwrk.path = "/plants/1"\n' "$token" > "$WORK/$name.lua"
   fi
@@ -57,9 +64,14 @@ burst () {
   local pid before after out
   pid=$(cat "$WORK/$1.pid")
   before=$(cpu_ticks "$pid")
-  out=$(taskset -c 1 wrk -t1 -c64 -d"${BURST}s" -s "$WORK/$1.lua" "http://127.0.0.1:$2")
+  out=$(taskset -c 1 wrk -t1 -c64 -d"${BURST}s" --latency -s "$WORK/$1.lua" "http://127.0.0.1:$2")
   after=$(cpu_ticks "$pid")
-  echo "$(grep -oE '^ *[0-9]+ requests in' <<<"$out" | grep -oE '[0-9]+') $((after - before)) $(grep -oE 'Non-2xx or 3xx responses: [0-9]+' <<<"$out" | grep -oE '[0-9]+$' || echo 0)"
+  echo "$(grep -oE '^ *[0-9]+ requests in' <<<"$out" | grep -oE '[0-9]+') $((after - before)) $(grep -oE 'Non-2xx or 3xx responses: [0-9]+' <<<"$out" | grep -oE '[0-9]+$' || echo 0) $(p99_ms <<<"$out")"
+}
+
+# wrk's 99th percentile latency (--latency), in ms.
+p99_ms () {
+  awk '$1 == "99%" { v = $2; if (v ~ /us$/) { sub(/us$/, "", v); v /= 1000 } else if (v ~ /ms$/) { sub(/ms$/, "", v) } else if (v ~ /s$/) { sub(/s$/, "", v); v *= 1000 } printf "%.2f", v }'
 }
 
 start "$A" 18801 A
@@ -68,20 +80,20 @@ PIDS=("$(cat "$WORK/A.pid")" "$(cat "$WORK/B.pid")")
 burst A 18801 > /dev/null
 burst B 18802 > /dev/null # warm-up
 
-echo "pair order | A req/s, µs CPU/req | B req/s, µs CPU/req | B/A µs CPU/req"
+echo "pair order | A req/s, µs CPU/req, p99 ms | B req/s, µs CPU/req, p99 ms | B/A µs CPU/req"
 totals=(0 0 0 0)
 ratios=()
 for pair in $(seq "$PAIRS"); do
   if [ $((pair % 2)) = 1 ]; then a=$(burst A 18801); b=$(burst B 18802); order=AB
   else b=$(burst B 18802); a=$(burst A 18801); order=BA; fi
-  read -r ar at abad <<<"$a"
-  read -r br bt bbad <<<"$b"
+  read -r ar at abad ap99 <<<"$a"
+  read -r br bt bbad bp99 <<<"$b"
   [ "$abad" = 0 ] && [ "$bbad" = 0 ] || echo "non-2xx answers: A $abad, B $bbad"
   totals=($((totals[0] + ar)) $((totals[1] + at)) $((totals[2] + br)) $((totals[3] + bt)))
   ratio=$(awk -v ar="$ar" -v at="$at" -v br="$br" -v bt="$bt" 'BEGIN { printf "%.3f", (bt / br) / (at / ar) }')
   ratios+=("$ratio")
-  awk -v p="$pair" -v o="$order" -v ar="$ar" -v at="$at" -v br="$br" -v bt="$bt" -v d="$BURST" -v hz="$TICK" -v r="$ratio" \
-    'BEGIN { printf "%d %s | %.0f, %.1f | %.0f, %.1f | %s\n", p, o, ar / d, at / hz * 1e6 / ar, br / d, bt / hz * 1e6 / br, r }'
+  awk -v p="$pair" -v o="$order" -v ar="$ar" -v at="$at" -v br="$br" -v bt="$bt" -v d="$BURST" -v hz="$TICK" -v r="$ratio" -v ap="$ap99" -v bp="$bp99" \
+    'BEGIN { printf "%d %s | %.0f, %.1f, %s | %.0f, %.1f, %s | %s\n", p, o, ar / d, at / hz * 1e6 / ar, ap, br / d, bt / hz * 1e6 / br, bp, r }'
 done
 median=$(printf '%s\n' "${ratios[@]}" | sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }')
 awk -v a="${totals[0]}" -v at="${totals[1]}" -v b="${totals[2]}" -v bt="${totals[3]}" -v hz="$TICK" -v m="$median" \
