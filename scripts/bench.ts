@@ -20,7 +20,7 @@ import { availableParallelism, cpus, loadavg, totalmem, tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import Database from 'better-sqlite3'
-import pg from 'pg'
+import { queryOnce } from './postgres-query.js'
 
 type ScenarioName = 'get' | 'list' | 'post'
 type YardstickName = 'ceiling' | 'durable' | 'get' | 'list' | 'postgres' | 'postgres-js'
@@ -742,16 +742,6 @@ async function runSqlite (options: Options): Promise<{ rows: Row[], service: Ser
 /** Drops of the schemas made, run at clean-up if a scenario did not drop its own. */
 const schemaDrops: Array<() => Promise<void>> = []
 
-async function adminQuery (url: string, sql: string): Promise<void> {
-  const client = new pg.Client({ connectionString: url })
-  await client.connect()
-  try {
-    await client.query(sql)
-  } finally {
-    await client.end()
-  }
-}
-
 /**
  * A new schema in the database of `url`, holding the service's tables (made by its own
  * migrations, through the CLI, which also makes the bench's token) and the seeded plants.
@@ -759,17 +749,17 @@ async function adminQuery (url: string, sql: string): Promise<void> {
  */
 async function freshSchema (url: string): Promise<{ schemaUrl: string, token: string, drop: () => Promise<void> }> {
   const schema = `bench_${Date.now().toString(36)}_${Math.floor(Math.random() * 1e6).toString(36)}`
-  await adminQuery(url, `CREATE SCHEMA ${schema}`)
+  await queryOnce(url, `CREATE SCHEMA ${schema}`)
   let dropped = false
   const drop = async (): Promise<void> => {
     if (dropped) return
     dropped = true
-    await adminQuery(url, `SET lock_timeout = '10s'; DROP SCHEMA ${schema} CASCADE`)
+    await queryOnce(url, `SET lock_timeout = '10s'; DROP SCHEMA ${schema} CASCADE`)
   }
   schemaDrops.push(drop)
   const schemaUrl = `${url}${url.includes('?') ? '&' : '?'}options=${encodeURIComponent(`-c search_path=${schema}`)}`
   const token = createToken(schemaUrl)
-  await adminQuery(url, `INSERT INTO ${schema}.plants (id, name, tag) SELECT i, 'Seed ' || i, 'seed' FROM generate_series(1, ${SEED_COUNT}) AS i; ANALYZE ${schema}.plants`)
+  await queryOnce(url, `INSERT INTO ${schema}.plants (id, name, tag) SELECT i, 'Seed ' || i, 'seed' FROM generate_series(1, ${SEED_COUNT}) AS i; ANALYZE ${schema}.plants`)
   return { schemaUrl, token, drop }
 }
 

@@ -10,6 +10,7 @@ import { randomBytes } from 'node:crypto'
 import { cpus, loadavg } from 'node:os'
 import { setTimeout as sleep } from 'node:timers/promises'
 import pg from 'pg'
+import { queryOnce } from './postgres-query.js'
 import postgres from 'postgres'
 import { PostgresStore } from '../src/store/postgres.js'
 
@@ -95,15 +96,7 @@ const CONTENDERS: Record<string, (app: string) => Client> = {
   'postgres.js max 10': app => postgresJsClient(10, app)
 }
 
-async function admin (text: string, values: unknown[] = []): Promise<pg.QueryResult> {
-  const client = new pg.Client({ connectionString: url })
-  await client.connect()
-  try {
-    return await client.query(text, values)
-  } finally {
-    await client.end()
-  }
-}
+const admin = async (text: string, values: unknown[] = []): Promise<pg.QueryResult> => await queryOnce(url, text, values)
 
 /** Ends the server sessions of one application_name; how many. */
 async function terminate (app: string): Promise<number> {

@@ -13,7 +13,7 @@ import { connect, createServer } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
-import pg from 'pg'
+import { queryOnce } from './postgres-query.js'
 
 interface CallFrame { functionName: string, url: string }
 interface Profile { nodes: Array<{ id: number, callFrame: CallFrame, children?: number[] }>, startTime: number, samples: number[], timeDeltas: number[] }
@@ -98,16 +98,6 @@ function pinned (cpu: number, command: string[]): string[] {
   return spawnSync('taskset', ['-c', String(cpu), 'true']).status === 0 ? ['taskset', '-c', String(cpu), ...command] : command
 }
 
-async function postgresQuery (url: string, sql: string): Promise<void> {
-  const client = new pg.Client({ connectionString: url })
-  await client.connect()
-  try {
-    await client.query(sql)
-  } finally {
-    await client.end()
-  }
-}
-
 async function main (): Promise<void> {
   const scenario = process.argv[2] ?? 'post'
   const seconds = Number(process.argv[3] ?? 8)
@@ -115,7 +105,7 @@ async function main (): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), 'plantstore-profile-'))
   const postgresUrl = process.env.BENCH_DATABASE_URL
   const schema = `profile_${process.pid}`
-  if (postgresUrl !== undefined) await postgresQuery(postgresUrl, `CREATE SCHEMA ${schema}`)
+  if (postgresUrl !== undefined) await queryOnce(postgresUrl, `CREATE SCHEMA ${schema}`)
   try {
     const port = await freePort()
     const databaseUrl = postgresUrl === undefined
@@ -124,7 +114,7 @@ async function main (): Promise<void> {
     const env = { ...process.env, DATABASE_URL: databaseUrl, PORT: String(port), LOG_LEVEL: 'warn', RATE_LIMIT_PER_MINUTE: '0' }
     const token = spawnSync(process.execPath, ['dist/cli/main.js', 'tokens', 'create', '--name', 'profile'], { cwd: ROOT, env, encoding: 'utf8' }).stdout.trim()
     if (postgresUrl !== undefined && scenario !== 'post') {
-      await postgresQuery(postgresUrl, `INSERT INTO ${schema}.plants (id, name, tag) SELECT i, 'Plant ' || i, 'bench' FROM generate_series(1, 1000) AS i`)
+      await queryOnce(postgresUrl, `INSERT INTO ${schema}.plants (id, name, tag) SELECT i, 'Plant ' || i, 'bench' FROM generate_series(1, 1000) AS i`)
     } else if (scenario !== 'post') {
       const seed = spawnSync(process.execPath, ['-e', `const D=require('better-sqlite3');const d=new D(${JSON.stringify(env.DATABASE_URL)});const s=d.prepare('INSERT INTO plants (id,name,tag) VALUES (?,?,?)');d.transaction(()=>{for(let i=1;i<=1000;i++)s.run(i,'Plant '+i,'bench')})();d.close()`], { cwd: ROOT })
       if (seed.status !== 0) throw new Error(String(seed.stderr))
@@ -155,7 +145,7 @@ async function main (): Promise<void> {
     }
   } finally {
     rmSync(dir, { recursive: true, force: true })
-    if (postgresUrl !== undefined) await postgresQuery(postgresUrl, `DROP SCHEMA ${schema} CASCADE`)
+    if (postgresUrl !== undefined) await queryOnce(postgresUrl, `DROP SCHEMA ${schema} CASCADE`)
   }
 }
 
