@@ -4,7 +4,7 @@ import Fastify, { type FastifyInstance } from 'fastify'
 import pino, { type Logger } from 'pino'
 import { installAuth } from './auth.js'
 import type { Config } from './config.js'
-import { validatorCompiler } from './contract.js'
+import { BODY_LIMIT, validatorCompiler } from './contract.js'
 import { corsFor } from './cors.js'
 import { installEdgeChecks } from './edge.js'
 import { ApiError, clientErrorHandler, frameworkErrorHandler, installErrorHandling } from './errors.js'
@@ -17,8 +17,6 @@ import { docs } from './routes/docs.js'
 import { plants } from './routes/plants.js'
 import { system } from './routes/system.js'
 import type { Store } from './store/store.js'
-
-export const BODY_LIMIT = 64 * 1024
 
 /** How long an idle keep-alive connection stays open: above the 60 s idle timeout of common load balancers. */
 export const KEEP_ALIVE_TIMEOUT_MS = 72_000

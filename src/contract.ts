@@ -70,6 +70,9 @@ export function allowedMethods (path: string): string[] {
   return pathPatterns.find(({ pattern }) => pattern.test(path))?.methods ?? []
 }
 
+/** The largest request body, in bytes (413 past it); also the longest line `plantstore import` takes. */
+export const BODY_LIMIT = 64 * 1024
+
 export const INT64_MIN = -(2n ** 63n)
 export const INT64_MAX = 2n ** 63n - 1n
 

@@ -89,7 +89,9 @@ export const docs: FastifyPluginAsync = async (app) => {
       if (asset === undefined) throw new ApiError('fileNotFound')
       // Compressed once, off the event loop, when first asked for: 1.7 MB of script is 0.46 MB gzipped.
       const gzipped = acceptsGzip(request.headers['accept-encoding']) ? await (asset.gzipped ??= promisify(gzip)(asset.bytes)) : undefined
-      reply.headers({ 'cache-control': IMMUTABLE, 'x-content-type-options': 'nosniff', vary: 'accept-encoding' }).type(asset.type)
+      // Added to the Vary: Origin that CORS may have set, not in its place.
+      const vary = reply.getHeader('vary')
+      reply.headers({ 'cache-control': IMMUTABLE, 'x-content-type-options': 'nosniff', vary: vary === undefined ? 'Accept-Encoding' : `${String(vary)}, Accept-Encoding` }).type(asset.type)
       return gzipped === undefined ? reply.send(asset.bytes) : reply.header('content-encoding', 'gzip').send(gzipped)
     }
   })

@@ -27,6 +27,18 @@ test('plantstore --version prints the version in package.json', (t) => {
   assert.equal(result.stdout, `${version}\n`)
 })
 
+test('commands other than serve start without the HTTP stack: neither Fastify nor prom-client is loaded', (t) => {
+  const dir = tempDir(t)
+  assert.equal(cli(dir, ['tokens', 'create', '--name', 'loads']).status, 0)
+  for (const command of [['--version'], ['tokens', 'list'], ['export'], ['migrate']]) {
+    // NODE_DEBUG=module names each CommonJS module Node looks for; both libraries are CommonJS.
+    const result = cli(dir, command, { NODE_DEBUG: 'module' })
+    assert.equal(result.status, 0, `${command.join(' ')}: ${result.stderr.slice(-500)}`)
+    assert.match(result.stderr, /node_modules\/better-sqlite3\//, 'the trace names the modules loaded')
+    assert.doesNotMatch(result.stderr, /node_modules\/(fastify|prom-client)\//, command.join(' '))
+  }
+})
+
 test('an unknown flag is one line on stderr, naming it, and exit 1', (t) => {
   const dir = tempDir(t)
   for (const command of [[], ...COMMANDS.filter(c => c.join() !== 'tokens')]) {

@@ -82,6 +82,22 @@ test('with CORS_ORIGINS, the listed origins get CORS headers on every answer and
     }
   })
 
+  await t.test('the answers that need no token carry them too: the document, the metrics, the docs page and its files (which vary by Accept-Encoding as well)', async () => {
+    for (const origin of [ALLOWED[0], REFUSED[0]]) {
+      const headers = { origin }
+      const page = await call(server, 'GET', '/docs', { token: null, headers })
+      const file = /href="(docs\/swagger-ui\.[0-9a-f]+\.css)"/.exec(page.text)?.[1]
+      assert.ok(file !== undefined, 'the page names its stylesheet')
+      for (const [path, what] of [['/openapi.json', 'the document'], ['/metrics', 'the metrics'], ['/docs', 'the docs page'], [`/${file}`, 'a file of the docs page']]) {
+        const answer = await call(server, 'GET', path, { token: null, headers })
+        assert.equal(answer.status, 200, what)
+        assertCors(answer, origin, what)
+      }
+      const asset = await call(server, 'GET', `/${file}`, { token: null, headers })
+      assert.match(asset.headers.get('vary') ?? '', /\bAccept-Encoding\b/i)
+    }
+  })
+
   await t.test('503 while the store cannot write, with Retry-After, carries them too', { timeout: 15_000 }, async () => {
     await holdWriteLock(t, server.dbPath, 3000)
     const origins = [...ALLOWED, ...REFUSED]
