@@ -34,7 +34,8 @@ export const failures = {
   headersTooLarge: { status: 431, message: 'The request headers are too large.' },
   rateLimited: { status: 429, message: 'This token sent too many requests; wait for the number of seconds in Retry-After.' },
   internal: { status: 500, message: 'Something went wrong on our side; it has been logged.' },
-  unavailable: { status: 503, message: 'The store is unavailable right now; retry after the number of seconds in Retry-After.', headers: { 'retry-after': '1' } }
+  unavailable: { status: 503, message: 'The store is unavailable right now; retry after the number of seconds in Retry-After.', headers: { 'retry-after': '1' } },
+  metricsUnavailable: { status: 503, message: 'The workers\' metrics could not be gathered right now; retry after the number of seconds in Retry-After.', headers: { 'retry-after': '1' } }
 } satisfies Record<string, { status: number, message: string, headers?: Record<string, string> }>
 
 export type FailureName = keyof typeof failures

@@ -1,6 +1,7 @@
 import cluster, { type Worker } from 'node:cluster'
 import pino from 'pino'
 import type { Config } from './config.js'
+import { answerMetricsRequests, FORKED_BY_PLANTSTORE } from './metrics/cluster.js'
 import { openStore } from './store/open.js'
 
 /** A worker that dies sooner than this after its start is a crash loop: each such death doubles the wait. */
@@ -31,7 +32,7 @@ export async function serveWorkers (config: Config): Promise<void> {
   const live = (): Worker[] => Object.values(cluster.workers ?? {}).filter((worker): worker is Worker => worker !== undefined && !worker.isDead())
 
   const fork = (): Worker => {
-    const worker = cluster.fork()
+    const worker = cluster.fork({ [FORKED_BY_PLANTSTORE]: '1' })
     startedAt.set(worker, Date.now())
     worker.on('error', (error: Error) => log.warn({ workerPid: worker.process.pid, err: error }, 'worker process error'))
     return worker
@@ -82,6 +83,7 @@ export async function serveWorkers (config: Config): Promise<void> {
   // `on`, not `once`: a second signal must not fall back to Node's default and orphan the workers.
   process.on('SIGTERM', () => stop('SIGTERM'))
   process.on('SIGINT', () => stop('SIGINT'))
+  answerMetricsRequests()
 
   const first = fork()
   await new Promise(resolve => first.once('listening', resolve))

@@ -109,7 +109,7 @@ export interface paths {
         };
         /**
          * Prometheus metrics
-         * @description The service's metrics in the Prometheus text format (version 0.0.4): requests by method, route template and status with their latency (`plantstore_http_*`), store calls with their latency and failures (`plantstore_store_*`), requests in flight and shed (`503`) by reason, SQLite's writes per group commit, and the process's own (`process_*`, `nodejs_*`). Scrapes of `/metrics` are not counted in the request metrics. The names, types and labels are listed in docs/operating.md.
+         * @description The service's metrics in the Prometheus text format (version 0.0.4): requests by method, route template and status with their latency (`plantstore_http_*`), store calls with their latency and failures (`plantstore_store_*`), requests in flight and shed (`503`) by reason, SQLite's writes per group commit, and the process's own (`process_*`, `nodejs_*`). Scrapes of `/metrics` are not counted in the request metrics. Under `--workers N` every scrape answers the sum of all workers' metrics, whichever worker takes it; `503` if they cannot be gathered. The names, types and labels are listed in docs/operating.md.
          */
         get: operations["metrics"];
         put?: never;
@@ -292,7 +292,7 @@ export interface components {
                 "application/json": components["schemas"]["Error"];
             };
         };
-        /** @description The store cannot answer right now: it is unreachable, the server is at its cap of requests in flight, or a write waited about 2 s for storage. Retry after `Retry-After` seconds. */
+        /** @description The store cannot answer right now: it is unreachable, the server is at its cap of requests in flight, or a write waited about 2 s for storage; for `/metrics`, the workers' metrics could not be gathered. Retry after `Retry-After` seconds. */
         Unavailable: {
             headers: {
                 "Retry-After": components["headers"]["RetryAfter"];
@@ -575,6 +575,7 @@ export interface operations {
                 };
             };
             405: components["responses"]["MethodNotAllowed"];
+            503: components["responses"]["Unavailable"];
             "4XX": components["responses"]["RequestRejected"];
         };
     };

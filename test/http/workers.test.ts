@@ -6,7 +6,7 @@ import { get } from 'node:http'
 import { connect, createServer } from 'node:net'
 import { join } from 'node:path'
 import { test } from 'node:test'
-import { alive, call, cli, MAIN, startServer, tempDir, type Server } from '../helpers.js'
+import { alive, call, cli, MAIN, parseMetrics, sampleValue, startServer, tempDir, type Server } from '../helpers.js'
 import { rawExchange } from '../raw.js'
 import { PG_SKIP, PG_URL, pgSchema } from '../store/postgres-helpers.js'
 
@@ -44,6 +44,16 @@ function getOnNewConnection (server: Server, path: string): Promise<number> {
     get(server.url + path, { agent: false, headers: { authorization: `Bearer ${server.token}` } }, (res) => {
       res.resume()
       res.on('end', () => resolve(res.statusCode ?? 0))
+    }).on('error', reject)
+  })
+}
+
+/** GET /metrics on a connection of its own: node:cluster hands each new connection to the next worker. */
+function metricsOnNewConnection (server: Server): Promise<string> {
+  return new Promise((resolve, reject) => {
+    get(server.url + '/metrics', { agent: false }, (res) => {
+      let text = ''
+      res.setEncoding('utf8').on('data', chunk => { text += chunk }).on('end', () => res.statusCode === 200 ? resolve(text) : reject(new Error(`${res.statusCode}: ${text}`)))
     }).on('error', reject)
   })
 }
@@ -114,6 +124,13 @@ if (PG_URL === undefined) {
     assert.deepEqual([...servedBy(server).keys()].sort(), [...workers].sort(), 'each worker answered some of the requests')
     assert.equal([...server.stderr().matchAll(BANNER_TOKEN)].length, 1, server.stderr())
     for (const line of server.stdout().split('\n').filter(text => text !== '')) assert.doesNotThrow(() => JSON.parse(line), line)
+
+    // Whichever worker takes a scrape, it answers for both: the 40 requests, every time.
+    for (let scrape = 0; scrape < 6; scrape++) {
+      const samples = parseMetrics(await metricsOnNewConnection(server))
+      assert.equal(sampleValue(samples, 'plantstore_http_requests_total', { method: 'GET', route: '/plants', status: '200' }), 40, `scrape ${scrape}`)
+      assert.equal(sampleValue(samples, 'plantstore_http_request_duration_seconds_bucket', { method: 'GET', route: '/plants', status: '200', le: '+Inf' }), 40, `scrape ${scrape}`)
+    }
 
     // A worker killed outright: the other answers meanwhile, and a new one takes its place.
     process.kill(workers[0], 'SIGKILL')
