@@ -1,6 +1,12 @@
 import { StoreUnavailableError, UnstorableTextError } from '../errors.js'
 import type { Store } from '../store/store.js'
-import { STORE_OPERATIONS, type Metrics, type StoreErrorKind } from './metrics.js'
+import { STORE_OPERATIONS, type Metrics, type StoreErrorKind, type StoreOperation } from './metrics.js'
+
+/** The members of Store that are not requests' store calls, passed through untimed; onCommit is the store's hook, set below. */
+type PassedThrough = 'close' | 'exportPlants' | 'importPlants' | 'rateWindows' | 'onCommit'
+type MustBeNever<T extends never> = T
+/** Fails to compile when Store gains a member that is neither timed (STORE_OPERATIONS) nor passed through. */
+export type EveryStoreMemberPlaced = MustBeNever<Exclude<keyof Store, StoreOperation | PassedThrough>>
 
 function kindOf (error: unknown): StoreErrorKind {
   if (error instanceof StoreUnavailableError) return error.reason
