@@ -16,15 +16,24 @@ export type StoreErrorKind = UnavailableReason | 'refused' | 'internal'
 
 export type Metrics = ReturnType<typeof createMetrics>
 
+let processMetrics: Registry | undefined
+/** The process's metrics, collected once per process however many apps it builds (tests build many): their collectors never stop. */
+function processRegistry (): Registry {
+  if (processMetrics === undefined) {
+    processMetrics = new Registry()
+    collectDefaultMetrics({ register: processMetrics })
+  }
+  return processMetrics
+}
+
 /**
  * The service's metrics on a registry of its own (not prom-client's global one), with the
  * process metrics prom-client collects (`process_*`, `nodejs_*`, under their usual names).
  * What the hot path updates is plain numbers and Series; the registry reads them when scraped.
  */
 export function createMetrics () {
-  const registry = new Registry()
-  collectDefaultMetrics({ register: registry })
-  const registers = [registry]
+  const own = new Registry()
+  const registers = [own]
   const state = {
     requestsInFlight: 0,
     storeInFlight: Object.fromEntries(STORE_OPERATIONS.map(operation => [operation, 0])) as Record<StoreOperation, number>
@@ -51,8 +60,7 @@ export function createMetrics () {
     registers
   })
 
-  return {
-    registry,
+  const metrics = {
     state,
     requests,
     storeOperations,
@@ -101,4 +109,6 @@ export function createMetrics () {
       }
     })
   }
+  // Merged once all are registered: merge copies the metrics registered so far.
+  return { registry: Registry.merge([processRegistry(), own]), ...metrics }
 }

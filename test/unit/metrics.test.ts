@@ -88,3 +88,12 @@ test('the instrumented store observes the group commits its store reports, and s
   assert.equal(sampleValue(samples, 'plantstore_store_group_commit_writes_bucket', { le: '32' }), 1)
   assert.equal(sampleValue(samples, 'plantstore_store_group_commit_writes_bucket', { le: '64' }), 2)
 })
+
+test('the process metrics are collected once per process, however many apps build their metrics', () => {
+  const [first, second] = [createMetrics(), createMetrics()]
+  const processMetric = first.registry.getSingleMetric('process_cpu_seconds_total')
+  assert.ok(processMetric !== undefined, 'the process metrics are in the registry')
+  assert.equal(second.registry.getSingleMetric('process_cpu_seconds_total'), processMetric, 'one collector, shared')
+  assert.notEqual(second.registry.getSingleMetric('plantstore_http_requests_total'), first.registry.getSingleMetric('plantstore_http_requests_total'), 'each app counts its own requests')
+  assert.ok(second.registry.getSingleMetric('plantstore_store_operations_in_flight') !== undefined, 'the metrics registered last are merged in too')
+})
