@@ -189,7 +189,9 @@ export class PostgresStore implements Store {
       await client.query('COMMIT')
       return result
     } catch (error) {
-      // No ROLLBACK on a connection that stopped answering: it would wait out query_timeout again.
+      // After any failure that answers 503 (a lost or silent connection, a timeout, a serialization
+      // failure) the connection is dropped, which rolls back, rather than sent a ROLLBACK: on one that
+      // stopped answering, the ROLLBACK would wait out query_timeout again. Rare; the pool reconnects.
       if (isUnavailable(error)) broken ??= error as Error
       else await client.query('ROLLBACK').catch((rollback: Error) => { broken = rollback })
       throw error
