@@ -3,10 +3,7 @@ import { StoreUnavailableError } from '../errors.js'
 import { describe } from './describe.js'
 import { isUnavailable, sqlstateOf } from './postgres-errors.js'
 import { LIST_SQL, rowToPlant, unstorable, type PlantRow } from './postgres-rows.js'
-import type { ImportOutcome, PlantRecord } from './store.js'
-
-/** Plants an export reads per query: one page in memory at a time. */
-export const EXPORT_PAGE = 1000
+import { EXPORT_PAGE, type ImportOutcome, type PlantRecord } from './store.js'
 
 /** How long an import waits for writers already under way to finish before it takes the table. */
 const LOCK_TIMEOUT = '5s'

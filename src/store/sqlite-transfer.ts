@@ -4,10 +4,7 @@ import { describe } from './describe.js'
 import { isUnavailable } from './sqlite-errors.js'
 import { LIST_SQL, PLANT_BY_ID_SQL, rowToPlant, type PlantRow } from './sqlite-rows.js'
 import { configure } from './sqlite-schema.js'
-import type { ImportOutcome, PlantRecord } from './store.js'
-
-/** Plants an export reads per query: one page in memory at a time. */
-export const EXPORT_PAGE = 1000
+import { EXPORT_PAGE, type ImportOutcome, type PlantRecord } from './store.js'
 
 /** Storage trouble as the store's StoreUnavailableError; the rest, the source's own errors included, pass on. */
 function failureOf (error: unknown): unknown {

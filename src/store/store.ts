@@ -44,6 +44,9 @@ export interface RateWindows {
   forget (before: number): Promise<void>
 }
 
+/** Plants an export reads per query, on either store: one page in memory at a time. */
+export const EXPORT_PAGE = 1000
+
 /**
  * What `importPlants` did: stored `plants` plants (repeats of an identical plant count once), or
  * stored nothing because the store held plants already, or because the record at position `at`
