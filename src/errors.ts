@@ -12,6 +12,7 @@ export const failures = {
   invalidParameter: { status: 400, message: 'A path or query parameter is not valid.' },
   invalidText: { status: 400, message: 'The request body is not valid UTF-8 text.' },
   badRequest: { status: 400, message: 'The request could not be understood.' },
+  connectNotServed: { status: 400, message: 'This server is not a proxy: CONNECT is not served.' },
   badPath: { status: 400, message: 'The request path is not valid: a "%" must start a percent-encoded UTF-8 byte such as "%20".' },
   badQuery: { status: 400, message: 'The query string is not valid: a "%" must start a percent-encoded UTF-8 byte such as "%20".' },
   missingHost: { status: 400, message: 'The request has no Host header, which HTTP/1.1 requires.' },
@@ -200,6 +201,12 @@ export function installErrorHandling (app: FastifyInstance, log: Logger, countRe
     const body = errorBody(failure.status, failure.message)
     response.writeHead(failure.status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body), connection: 'close' }).end(body)
   })
+
+  // Node hands a CONNECT request to a 'connect' listener and, without one, closes the connection unanswered.
+  app.server.on('connect', (_request: IncomingMessage, socket: Socket) => {
+    refused('connectNotServed')
+    answerOnSocket(socket, failures.connectNotServed)
+  })
 }
 
 /**
@@ -237,8 +244,13 @@ export function clientErrorHandler (log: Logger, countRefusal?: CountRefusal): (
       return
     }
     refused(name, { code: error.code }, socket)
-    const body = errorBody(failure.status, failure.message)
-    socket.end(`HTTP/1.1 ${failure.status} ${STATUS_CODES[failure.status] ?? ''}\r\n` +
-      `Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`)
+    answerOnSocket(socket, failure)
   }
+}
+
+/** Writes `failure` as a whole HTTP answer with the Error body straight to `socket`, and closes it: for answers outside Fastify. */
+function answerOnSocket (socket: Socket, failure: { status: number, message: string }): void {
+  const body = errorBody(failure.status, failure.message)
+  socket.end(`HTTP/1.1 ${failure.status} ${STATUS_CODES[failure.status] ?? ''}\r\n` +
+    `Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`)
 }

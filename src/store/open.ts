@@ -15,7 +15,7 @@ export async function openStore (databaseUrl: string): Promise<Store> {
       return await PostgresStore.open(databaseUrl)
     } catch (error) {
       // The URL may hold a password: the line names the cause, not the URL.
-      throw new ConfigError(`Cannot open the PostgreSQL database in DATABASE_URL: ${describe(error)}.`)
+      throw new ConfigError(`Cannot open the PostgreSQL database in DATABASE_URL: ${describe(error).replace(/\.$/, '')}.`)
     }
   }
   try {

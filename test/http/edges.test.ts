@@ -20,7 +20,8 @@ for (const store of testStores()) {
         ['no Host', `GET /plants/1 HTTP/1.1\r\n${auth}\r\n`, 400, 'missingHost'],
         ['an Expect other than 100-continue', `POST /plants HTTP/1.1\r\nHost: x\r\nExpect: 200-ok\r\n${auth}Content-Type: application/json\r\nContent-Length: 21\r\n\r\n`, 417, 'expectationFailed'],
         ['headers over the limit', `GET /plants HTTP/1.1\r\nHost: x\r\nX-Big: ${'b'.repeat(20_000)}\r\n\r\n`, 431, 'headersTooLarge'],
-        ['malformed HTTP', 'NOT HTTP AT ALL\r\n\r\n', 400, 'badRequest']
+        ['malformed HTTP', 'NOT HTTP AT ALL\r\n\r\n', 400, 'badRequest'],
+        ['CONNECT (not a proxy)', 'CONNECT 127.0.0.1:443 HTTP/1.1\r\nHost: 127.0.0.1:443\r\n\r\n', 400, 'connectNotServed']
       ]
       for (const [what, bytes, status, reason] of cases) {
         const { text } = await rawExchange(server, bytes, { waitMs: 1000 })

@@ -96,13 +96,14 @@ test('GET /metrics: the Prometheus text format, without a token, like the other 
       [`GET /plants/%zz HTTP/1.1\r\nHost: x\r\n${auth}\r\n`, 400, 'badPath'],
       [`POST /plants HTTP/1.1\r\nHost: x\r\nExpect: 200-ok\r\n${auth}Content-Type: application/json\r\nContent-Length: 21\r\n\r\n`, 417, 'expectationFailed'],
       [`GET /plants HTTP/1.1\r\nHost: x\r\nX-Big: ${'b'.repeat(20_000)}\r\n\r\n`, 431, 'headersTooLarge'],
-      ['NOT HTTP AT ALL\r\n\r\n', 400, 'badRequest']
+      ['NOT HTTP AT ALL\r\n\r\n', 400, 'badRequest'],
+      [`CONNECT /plants HTTP/1.1\r\nHost: x\r\n${auth}\r\n`, 400, 'connectNotServed']
     ]
     for (const [bytes, status] of refusals) assert.match((await rawExchange(server, bytes, { waitMs: 1000 })).text, new RegExp(`^HTTP/1.1 ${status} `))
     const after = await scrape(server)
     const refused = (samples: Sample[], status: number, reason: string): number =>
       sampleValue(samples, 'plantstore_http_refused_before_routing_total', { status: String(status), reason }) ?? 0
-    for (const [status, reason, count] of [[414, 'pathTooLong', 1], [400, 'badPath', 2], [417, 'expectationFailed', 1], [431, 'headersTooLarge', 1], [400, 'badRequest', 1]] as const) {
+    for (const [status, reason, count] of [[414, 'pathTooLong', 1], [400, 'badPath', 2], [417, 'expectationFailed', 1], [431, 'headersTooLarge', 1], [400, 'badRequest', 1], [400, 'connectNotServed', 1]] as const) {
       assert.equal(refused(after, status, reason) - refused(before, status, reason), count, reason)
     }
     const routed = (samples: Sample[]): number => [...seriesOf(samples, 'plantstore_http_requests_total').values()].reduce((sum, value) => sum + value, 0)
