@@ -4,7 +4,8 @@ import { readFileSync } from 'node:fs'
 import pg from 'pg'
 import { openStore } from '../src/store/open.js'
 import type { PlantRecord, Store } from '../src/store/store.js'
-import type { TestDatabase } from './helpers.js'
+import type { TestContext } from 'node:test'
+import { freshDatabase, type StoreKind, type TestDatabase } from './helpers.js'
 
 /** Runs `work` on a store of the test's own, opened on `database` and closed after. */
 export async function withStore<T> (database: Pick<TestDatabase, 'databaseUrl'>, work: (store: Store) => Promise<T>): Promise<T> {
@@ -14,6 +15,13 @@ export async function withStore<T> (database: Pick<TestDatabase, 'databaseUrl'>,
   } finally {
     await store.close()
   }
+}
+
+/** A new, empty store of `kind`, opened in this process as the server opens it, closed after the test. */
+export async function openTestStore (t: TestContext, kind: StoreKind): Promise<Store> {
+  const store = await openStore((await freshDatabase(t, kind)).databaseUrl)
+  t.after(() => store.close())
+  return store
 }
 
 /** Every plant stored in `database`, by id. */

@@ -1,19 +1,11 @@
 // The store contract: the same behaviours, run on SQLite always and on PostgreSQL when
 // TEST_DATABASE_URL names a server (each test in a schema of its own).
 import assert from 'node:assert/strict'
-import { join } from 'node:path'
 import { test, type TestContext } from 'node:test'
 import { StoreUnavailableError } from '../../src/errors.js'
-import { PostgresStore } from '../../src/store/postgres.js'
-import { SqliteStore } from '../../src/store/sqlite.js'
 import type { NewToken, Store } from '../../src/store/store.js'
-import { tempDir } from '../helpers.js'
-import { PG_SKIP, PG_URL, pgSchema } from './postgres-helpers.js'
-
-const KINDS = {
-  sqlite: async (t: TestContext): Promise<Store> => new SqliteStore(join(tempDir(t), 'plantstore.db')),
-  postgres: async (t: TestContext): Promise<Store> => await PostgresStore.open((await pgSchema(t)).url)
-}
+import { testStores } from '../helpers.js'
+import { openTestStore } from '../stored.js'
 
 function token (name: string, options: Partial<NewToken> = {}): NewToken {
   return { name, digest: Buffer.from(name.padEnd(32, '#')), scopes: ['plants:read', 'plants:write'], ...options }
@@ -22,16 +14,8 @@ function token (name: string, options: Partial<NewToken> = {}): NewToken {
 const INT64_MIN = -9223372036854775808n
 const INT64_MAX = 9223372036854775807n
 
-for (const kind of ['sqlite', 'postgres'] as const) {
-  if (kind === 'postgres' && PG_URL === undefined) {
-    test('store contract on PostgreSQL', { skip: PG_SKIP }, () => {})
-    continue
-  }
-  const open = async (t: TestContext): Promise<Store> => {
-    const store = await KINDS[kind](t)
-    t.after(() => store.close())
-    return store
-  }
+for (const kind of testStores()) {
+  const open = async (t: TestContext): Promise<Store> => await openTestStore(t, kind)
 
   test(`${kind}: create is idempotent for identical data and refuses different data`, async (t) => {
     const store = await open(t)
@@ -137,7 +121,7 @@ for (const kind of ['sqlite', 'postgres'] as const) {
   })
 
   test(`${kind}: ping answers; after close every call is refused as unavailable (503)`, async (t) => {
-    const store = await KINDS[kind](t)
+    const store = await open(t)
     await store.ping()
     await store.create({ id: 1n, name: 'Fern' })
     await store.close()

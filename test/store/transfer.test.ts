@@ -7,13 +7,9 @@ import { test, type TestContext } from 'node:test'
 import { PostgresStore } from '../../src/store/postgres.js'
 import { SqliteStore } from '../../src/store/sqlite.js'
 import type { PlantRecord, Store } from '../../src/store/store.js'
-import { tempDir } from '../helpers.js'
+import { tempDir, testStores } from '../helpers.js'
+import { openTestStore } from '../stored.js'
 import { adminQuery, PG_SKIP, PG_URL, pgSchema } from './postgres-helpers.js'
-
-const KINDS = {
-  sqlite: async (t: TestContext): Promise<Store> => new SqliteStore(join(tempDir(t), 'plantstore.db')),
-  postgres: async (t: TestContext): Promise<Store> => await PostgresStore.open((await pgSchema(t)).url)
-}
 
 const INT64_MIN = -9223372036854775808n
 const INT64_MAX = 9223372036854775807n
@@ -40,16 +36,8 @@ async function seed (store: Store, records: PlantRecord[]): Promise<void> {
   assert.deepEqual(await store.importPlants(batchesOf(records), { replace: false }), { outcome: 'imported', plants: records.length })
 }
 
-for (const kind of ['sqlite', 'postgres'] as const) {
-  if (kind === 'postgres' && PG_URL === undefined) {
-    test('export and import on PostgreSQL', { skip: PG_SKIP }, () => {})
-    continue
-  }
-  const open = async (t: TestContext): Promise<Store> => {
-    const store = await KINDS[kind](t)
-    t.after(() => store.close())
-    return store
-  }
+for (const kind of testStores()) {
+  const open = async (t: TestContext): Promise<Store> => await openTestStore(t, kind)
 
   test(`${kind}: an empty store exports no page; an empty source imports nothing`, async (t) => {
     const store = await open(t)
@@ -131,14 +119,12 @@ for (const kind of ['sqlite', 'postgres'] as const) {
 }
 
 test('sqlite keeps U+0000 and exports it; postgres refuses it on import, naming its position', async (t) => {
-  const sqlite = new SqliteStore(join(tempDir(t), 'plantstore.db'))
-  t.after(() => sqlite.close())
+  const sqlite = await openTestStore(t, 'sqlite')
   const records = [...plants(1n, 1500), { id: 2000n, name: 'nul\u0000name' }, { id: 2001n, name: 'n', tag: '\u0000' }]
   await seed(sqlite, records)
   assert.deepEqual((await exported(sqlite)).slice(-2), records.slice(-2))
   if (PG_URL === undefined) return t.skip(PG_SKIP)
-  const postgres = await PostgresStore.open((await pgSchema(t)).url)
-  t.after(() => postgres.close())
+  const postgres = await openTestStore(t, 'postgres')
   const outcome = await postgres.importPlants(batchesOf(records), { replace: false })
   assert.equal(outcome.outcome, 'unstorable')
   assert.equal((outcome as { at: number }).at, 1500)
