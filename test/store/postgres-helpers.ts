@@ -1,6 +1,7 @@
-import pg from 'pg'
+import type pg from 'pg'
 import { randomBytes } from 'node:crypto'
 import type { TestContext } from 'node:test'
+import { queryOnce } from '../../scripts/postgres-query.js'
 
 /** The PostgreSQL server the tests use, from TEST_DATABASE_URL; undefined skips the PostgreSQL tests. */
 export const PG_URL = process.env.TEST_DATABASE_URL
@@ -10,13 +11,7 @@ export const PG_SKIP = 'TEST_DATABASE_URL is not set (e.g. postgres://postgres@1
 
 /** Runs `sql` on the test server on a connection of its own. */
 export async function adminQuery (sql: string, values: unknown[] = []): Promise<pg.QueryResult> {
-  const client = new pg.Client({ connectionString: PG_URL })
-  await client.connect()
-  try {
-    return await client.query(sql, values)
-  } finally {
-    await client.end()
-  }
+  return await queryOnce(PG_URL!, sql, values)
 }
 
 /**
