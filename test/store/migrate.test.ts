@@ -45,3 +45,14 @@ test('a start finds a current schema without the write lock, so a transaction he
   // for the lock to read the schema would add the 5 s busy timeout and then fail.
   assert.ok(locked < unlocked + 2000 + 1500, `took ${locked} ms, against ${unlocked} ms with no lock held`)
 })
+
+test('a schema newer than this plantstore knows is refused in one sentence', async (t) => {
+  const path = join(tempDir(t), 'plantstore.db')
+  assert.equal((await migrate(path)).code, 0)
+  const db = new Database(path)
+  db.prepare("INSERT INTO schema_version (version, name, applied_at) VALUES (999, '999-future.sql', 0)").run()
+  db.close()
+  const { code, stderr } = await migrate(path)
+  assert.equal(code, 1)
+  assert.match(stderr, /^plantstore: Cannot open the database at .*: The database schema is version 999, newer than this plantstore knows \(\d+\); upgrade plantstore\.\n$/)
+})
