@@ -40,6 +40,9 @@ export interface RateLimiterOptions {
   syncEveryMs?: number
 }
 
+/** The refusal of a request over the limit, with the seconds until the window ends. */
+const rateLimited = (retryAfter: number): ApiError => new ApiError('rateLimited', undefined, { 'retry-after': String(retryAfter) })
+
 /**
  * At most `perMinute` requests per token in each fixed one-minute window, for the service as a
  * whole; over it, 429 with Retry-After.
@@ -68,11 +71,10 @@ export class RateLimiter {
   /** Requests waiting for a sync, per token, in arrival order. */
   private waiting = new Map<number, Answer[]>()
   private syncing = false
-  /** The last sync failed: counting alone until one succeeds. */
-  private alone = false
   private closed = false
   /** The most instances any sync has reported for a token: the share taken alone for a token not synced yet. */
   private widest = 1
+  /** Syncs failed in a row: while there are any, this instance counts alone. */
   private failures = 0
   private warnedAt = -Infinity
   private forgotten = -Infinity
@@ -89,23 +91,24 @@ export class RateLimiter {
     }
   }
 
-  /** The onRequest hook, after auth: a callback hook, so that a request under its slice costs no promise. */
+  /**
+   * The onRequest hook, after auth: a callback hook, so that a request decided at once costs no
+   * promise and no closure; only one that must wait for a sync gets an answer to call later.
+   */
   readonly hook: onRequestHookHandler = (request, _reply, done) => {
     if (request.token === undefined) return done()
-    this.check(request.token.id, retryAfter => {
-      if (retryAfter === undefined) done()
-      else done(new ApiError('rateLimited', undefined, { 'retry-after': String(retryAfter) }))
-    })
+    const id = request.token.id
+    this.roll()
+    const outcome = this.attempt(id)
+    if (outcome === 'accepted') return done()
+    if (outcome !== 'wait') return done(rateLimited(outcome))
+    this.enqueue(id, retryAfter => { done(retryAfter === undefined ? undefined : rateLimited(retryAfter)) })
   }
 
   /** Decides a request of token `id`: at once if it can, else after a sync. */
   check (id: number, answer: Answer): void {
     this.roll()
-    if (this.settle(id, answer)) return
-    const queue = this.waiting.get(id)
-    if (queue === undefined) this.waiting.set(id, [answer])
-    else queue.push(answer)
-    this.sync()
+    if (!this.settle(id, answer)) this.enqueue(id, answer)
   }
 
   /** Stops syncing; requests still waiting, and any after, are decided alone. */
@@ -115,19 +118,31 @@ export class RateLimiter {
     this.release()
   }
 
-  /** Answers a request of token `id` and counts it if accepted; false, without answering, if it must wait for a sync. */
-  private settle (id: number, answer: Answer): boolean {
+  /** Decides a request of token `id` and counts it if accepted: 'accepted', the seconds to wait if refused, or 'wait' for a sync. */
+  private attempt (id: number): 'accepted' | 'wait' | number {
     const count = this.countOf(id)
     const decision = this.decide(count)
-    if (decision === 'wait') return false
-    if (decision === 'refuse') {
-      answer(this.retryAfter())
-      return true
-    }
+    if (decision === 'refuse') return this.retryAfter()
+    if (decision === 'wait') return 'wait'
     count.own++
     if (this.shared !== undefined) this.dirty.add(id)
-    answer()
+    return 'accepted'
+  }
+
+  /** Answers a request of token `id` if it can be decided now; false, without answering, if it must wait for a sync. */
+  private settle (id: number, answer: Answer): boolean {
+    const outcome = this.attempt(id)
+    if (outcome === 'wait') return false
+    answer(outcome === 'accepted' ? undefined : outcome)
     return true
+  }
+
+  /** Puts a request of token `id` in line for the next sync, and asks for one. */
+  private enqueue (id: number, answer: Answer): void {
+    const queue = this.waiting.get(id)
+    if (queue === undefined) this.waiting.set(id, [answer])
+    else queue.push(answer)
+    this.sync()
   }
 
   private decide (count: Count): 'accept' | 'refuse' | 'wait' {
@@ -135,7 +150,7 @@ export class RateLimiter {
     if (count.known + pending >= this.limit) return 'refuse'
     if (this.shared === undefined) return 'accept'
     // Cut off from the others, each instance takes its share of what was left, so that together they keep to the limit.
-    if (this.alone || this.closed) return pending < (this.limit - count.known) / (count.instances ?? this.widest) ? 'accept' : 'refuse'
+    if (this.failures > 0 || this.closed) return pending < (this.limit - count.known) / (count.instances ?? this.widest) ? 'accept' : 'refuse'
     if (count.instances === undefined) return 'wait'
     return pending < this.slice(count.known, count.instances) ? 'accept' : 'wait'
   }
@@ -190,8 +205,7 @@ export class RateLimiter {
     for (const id of ids) sent.set(id, this.countOf(id).own)
     this.dirty.clear()
     shared.sync(this.instance, window, window - WINDOW_MS, sent).then(answers => {
-      if (this.alone && this.failures > 0) this.log?.info({ failures: this.failures }, 'rate limit: counting with the other instances again')
-      this.alone = false
+      if (this.failures > 0) this.log?.info({ failures: this.failures }, 'rate limit: counting with the other instances again')
       this.failures = 0
       if (window !== this.window) return
       for (const [id, { total, instances }] of answers) {
@@ -208,7 +222,6 @@ export class RateLimiter {
         shared.forget(window - WINDOW_MS).catch(() => {})
       }
     }, (error: unknown) => {
-      this.alone = true
       this.failures++
       if (window === this.window) for (const id of sent.keys()) this.dirty.add(id)
       if (!this.closed) this.warn(error)
