@@ -24,7 +24,7 @@ export function lineOf ({ id, name, tag }: PlantRecord): string {
 export const countOf = (plants: number): string => `${plants} plant${plants === 1 ? '' : 's'}`
 
 /** Plants a batch holds: what the store inserts between two reads of the input. */
-export const IMPORT_BATCH = 1000
+const IMPORT_BATCH = 1000
 
 let newPlant: { validate: ValidateFunction, fields: string[] } | undefined
 
@@ -83,7 +83,7 @@ export async function * linesOf (input: AsyncIterable<Buffer>): AsyncGenerator<{
  * line. Stricter in one way: a field other than id, name and tag stops the import, where a
  * request's is ignored, since an import that dropped data silently would not be exact.
  */
-export function plantOf (text: string, number: number): PlantRecord | undefined {
+function plantOf (text: string, number: number): PlantRecord | undefined {
   if (/^[ \t\r]*$/.test(text)) return undefined
   if (text === EXPORT_FAILED) throw stop(`Line ${number} says that the export which wrote it failed there, so the plants after it are missing.`)
   let value
@@ -118,7 +118,7 @@ export class PlantBatches implements AsyncIterable<PlantRecord[]> {
   private first = 0
   private lines: number[] = []
 
-  constructor (private readonly input: AsyncIterable<Buffer>, private readonly size = IMPORT_BATCH) {}
+  constructor (private readonly input: AsyncIterable<Buffer>) {}
 
   lineAt (position: number): number {
     return this.lines[position - this.first]
@@ -140,7 +140,7 @@ export class PlantBatches implements AsyncIterable<PlantRecord[]> {
       if (plant === undefined) continue
       plants.push(plant)
       lines.push(number)
-      if (plants.length === this.size) yield hand()
+      if (plants.length === IMPORT_BATCH) yield hand()
     }
     if (plants.length > 0) yield hand()
   }

@@ -5,9 +5,9 @@ import type { Series } from './histogram.js'
 import type { Metrics } from './metrics.js'
 
 /** The route label of a request that matched no route (404, 405): one series, whatever paths are tried. */
-export const UNMATCHED = 'unmatched'
+const UNMATCHED = 'unmatched'
 /** The status label of a request whose client closed the connection before the answer was written (nginx's convention). */
-export const CLIENT_CLOSED = 499
+const CLIENT_CLOSED = 499
 
 /** On a connection, its request routed and not yet answered: the status Node answered it with, if it did (a 408 for a body too slow). */
 const ROUTED = Symbol('plantstore.routed')

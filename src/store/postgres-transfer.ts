@@ -3,7 +3,7 @@ import { StoreUnavailableError } from '../errors.js'
 import { describe } from './describe.js'
 import { isUnavailable, sqlstateOf } from './postgres-errors.js'
 import { LIST_SQL, rowToPlant, unstorable, type PlantRow } from './postgres-rows.js'
-import { EXPORT_PAGE, type ImportOutcome, type PlantRecord } from './store.js'
+import { EXPORT_PAGE, keysetPages, type ImportOutcome, type PlantRecord } from './store.js'
 
 /** How long an import waits for writers already under way to finish before it takes the table. */
 const LOCK_TIMEOUT = '5s'
@@ -18,21 +18,18 @@ function failureOf (error: unknown): unknown {
 }
 
 /**
- * Every plant in id order, in pages of `pageSize`, from one REPEATABLE READ snapshot on a
- * connection of its own (from `connect`, ended here). Keyset pages, like the API's.
+ * Every plant in id order, a page at a time, from one REPEATABLE READ snapshot on a connection
+ * of its own (from `connect`, ended here).
  */
-export async function * exportPostgres (connect: () => Promise<pg.Client>, pageSize = EXPORT_PAGE): AsyncGenerator<PlantRecord[]> {
+export async function * exportPostgres (connect: () => Promise<pg.Client>): AsyncGenerator<PlantRecord[]> {
   let client: pg.Client | undefined
   try {
-    client = await connect()
-    await client.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY')
-    let rows = (await client.query<PlantRow>(LIST_SQL.first, [pageSize])).rows
-    while (rows.length > 0) {
-      yield rows.map(rowToPlant)
-      if (rows.length < pageSize) break
-      rows = (await client.query<PlantRow>(LIST_SQL.after, [rows[rows.length - 1].id.toString(), pageSize])).rows
-    }
-    await client.query('COMMIT')
+    const reader = client = await connect()
+    await reader.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY')
+    yield * keysetPages(async after => (after === undefined
+      ? await reader.query<PlantRow>(LIST_SQL.first, [EXPORT_PAGE])
+      : await reader.query<PlantRow>(LIST_SQL.after, [after.toString(), EXPORT_PAGE])).rows.map(rowToPlant))
+    await reader.query('COMMIT')
   } catch (error) {
     throw failureOf(error)
   } finally {

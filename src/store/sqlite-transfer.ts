@@ -4,7 +4,7 @@ import { describe } from './describe.js'
 import { isUnavailable } from './sqlite-errors.js'
 import { LIST_SQL, PLANT_BY_ID_SQL, rowToPlant, type PlantRow } from './sqlite-rows.js'
 import { configure } from './sqlite-schema.js'
-import { EXPORT_PAGE, type ImportOutcome, type PlantRecord } from './store.js'
+import { EXPORT_PAGE, keysetPages, type ImportOutcome, type PlantRecord } from './store.js'
 
 /** Storage trouble as the store's StoreUnavailableError; the rest, the source's own errors included, pass on. */
 function failureOf (error: unknown): unknown {
@@ -23,22 +23,17 @@ function connect (path: string, readonly: boolean): Database.Database {
 }
 
 /**
- * Every plant in id order, in pages of `pageSize`, from the store at `path`: one read
- * transaction on a read-only connection of its own, so every page comes from the snapshot the
- * first one took, while (in WAL mode) other connections go on writing. Keyset pages, like the API's.
+ * Every plant in id order, a page at a time, from the store at `path`: one read transaction on a
+ * read-only connection of its own, so every page comes from the snapshot the first one took,
+ * while (in WAL mode) other connections go on writing.
  */
-export async function * exportSqlite (path: string, pageSize = EXPORT_PAGE): AsyncGenerator<PlantRecord[]> {
+export async function * exportSqlite (path: string): AsyncGenerator<PlantRecord[]> {
   const db = connect(path, true)
   try {
     const first = db.prepare(LIST_SQL.first).raw()
-    const after = db.prepare(LIST_SQL.after).raw()
+    const next = db.prepare(LIST_SQL.after).raw()
     db.exec('BEGIN')
-    let rows = first.all(pageSize) as PlantRow[]
-    while (rows.length > 0) {
-      yield rows.map(rowToPlant)
-      if (rows.length < pageSize) break
-      rows = after.all(rows[rows.length - 1][0], pageSize) as PlantRow[]
-    }
+    yield * keysetPages(after => ((after === undefined ? first.all(EXPORT_PAGE) : next.all(after, EXPORT_PAGE)) as PlantRow[]).map(rowToPlant))
     db.exec('COMMIT')
   } catch (error) {
     throw failureOf(error)

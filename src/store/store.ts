@@ -48,6 +48,17 @@ export interface RateWindows {
 export const EXPORT_PAGE = 1000
 
 /**
+ * Every plant in id order, EXPORT_PAGE at a time, as the stores' exports read them: `page(after)`
+ * reads the next page past `after` (from the first plant when undefined). Keyset pages, like the API's.
+ */
+export async function * keysetPages (page: (after: bigint | undefined) => PlantRecord[] | Promise<PlantRecord[]>): AsyncGenerator<PlantRecord[]> {
+  for (let plants = await page(undefined); plants.length > 0; plants = await page(plants[plants.length - 1].id)) {
+    yield plants
+    if (plants.length < EXPORT_PAGE) return
+  }
+}
+
+/**
  * What `importPlants` did: stored `plants` plants (repeats of an identical plant count once), or
  * stored nothing because the store held plants already, or because the record at position `at`
  * of the source (0-based, across batches) repeats an earlier record's id with other data, or
