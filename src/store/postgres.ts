@@ -63,25 +63,32 @@ FROM mine LEFT JOIN rate_windows other
   ON other.token_id = mine.token_id AND other.window_start BETWEEN $5::int8 AND $1::int8 AND other.instance_id <> $2
 GROUP BY mine.token_id, mine.requests`
 
-/** The pool's settings for `url`: connect and statement timeouts within the deadline, int8 as bigint. */
-function poolConfig (url: string, limits: PostgresLimits): pg.PoolConfig {
+/** Every connection's settings for `url`, the pool's and those of its own: int8 as bigint, the connect within the deadline, TCP keepalive. */
+function connectionConfig (url: string, limits: PostgresLimits): pg.ClientConfig {
   return {
     connectionString: url,
-    max: limits.poolSize,
     types: TYPES,
+    connectionTimeoutMillis: limits.writeTimeoutMs,
+    // Connections whose peer has vanished are found without a query; the probes also keep
+    // firewalls and NATs from forgetting a quiet connection.
+    keepAlive: true,
+    keepAliveInitialDelayMillis: 10_000,
+    application_name: 'plantstore'
+  }
+}
+
+/** The pool's settings for `url`: its connections' own, plus statement and reply timeouts within the deadline. */
+function poolConfig (url: string, limits: PostgresLimits): pg.PoolConfig {
+  return {
+    ...connectionConfig(url, limits),
+    max: limits.poolSize,
     // Waiting for a connection, opening one, a statement in the server, and a reply on the
     // socket are each bounded by the deadline; the store's own timer answers at the deadline
     // whatever is still under way. A connection that stops answering (a network that drops
     // everything, with no reset) is only noticed by query_timeout, which drops it from the pool.
-    connectionTimeoutMillis: limits.writeTimeoutMs,
     statement_timeout: limits.writeTimeoutMs,
     query_timeout: limits.writeTimeoutMs + 1000,
-    // Idle connections whose peer has vanished are found without a query; the probes also keep
-    // firewalls and NATs from forgetting a quiet connection.
-    keepAlive: true,
-    keepAliveInitialDelayMillis: 10_000,
-    idleTimeoutMillis: 30_000,
-    application_name: 'plantstore'
+    idleTimeoutMillis: 30_000
   }
 }
 
@@ -140,7 +147,7 @@ export class PostgresStore implements Store {
    */
   private async connectAlone (): Promise<pg.Client> {
     // Keepalive probes find a peer that vanished without a reset: these statements have no timeout.
-    const client = new pg.Client({ connectionString: this.url, connectionTimeoutMillis: this.limits.writeTimeoutMs, types: TYPES, application_name: 'plantstore', keepAlive: true, keepAliveInitialDelayMillis: 10_000 })
+    const client = new pg.Client(connectionConfig(this.url, this.limits))
     client.on('error', () => {}) // a query under way fails by itself; the error event alone would end the process
     try {
       await client.connect()
