@@ -140,6 +140,10 @@ for (const store of ['SQLite', 'PostgreSQL'] as const) {
       const first = await client.listPlants({ after: INT64_MAX - 3n, limit: 2 })
       assert.deepEqual(first.next, { limit: 2, after: INT64_MAX - 1n })
       assert.deepEqual(ids(await collect(client.plants({ after: INT64_MAX - 3n, limit: 2 }))), [INT64_MAX - 2n, INT64_MAX - 1n, INT64_MAX])
+      // A full page ending at the largest id has no next page: nothing can follow it.
+      const full = await client.listPlants({ after: INT64_MAX - 2n, limit: 2 })
+      assert.deepEqual(ids(full.plants), [INT64_MAX - 1n, INT64_MAX])
+      assert.equal(full.next, undefined)
     })
   })
 }

@@ -75,7 +75,8 @@ try { await client.deletePlant(id) } catch (error) { if (error instanceof Plants
   const tsc = join(ROOT, 'node_modules/typescript/bin/tsc')
   for (const resolution of [['--module', 'node16'], ['--module', 'preserve', '--moduleResolution', 'bundler']]) {
     const checked = await run(process.execPath, [tsc, '--noEmit', '--strict', '--target', 'es2022', ...resolution, 'main.ts'], { cwd: dir, timeout: 60_000 })
-      .then(() => '', (error: { stdout: string }) => error.stdout)
+      // Any failure is non-empty: tsc's findings, or a timeout, a crash, or output on stderr only.
+      .then(() => '', (error: { code?: unknown, signal?: unknown, stdout: string, stderr: string }) => `exit ${String(error.code)} ${String(error.signal)}: ${error.stdout}${error.stderr}`)
     assert.equal(checked, '', resolution.join(' '))
   }
 })

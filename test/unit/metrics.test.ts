@@ -63,7 +63,10 @@ test('the instrumented store times each call by operation, counts calls in fligh
   settle[3]({ value: undefined })
   settle[4]({ error: unstorable })
   settle[5]({ error: bug })
-  assert.deepEqual(await Promise.all(calls), [{ value: 'created' }, { error: capacity }, { error: deadline }, { value: undefined }, { error: unstorable }, { error: bug }])
+  const outcomes = await Promise.all(calls)
+  assert.deepEqual(outcomes, [{ value: 'created' }, { error: capacity }, { error: deadline }, { value: undefined }, { error: unstorable }, { error: bug }])
+  // The very errors the store threw, not look-alikes: callers may tell them apart by identity.
+  for (const [i, error] of [[1, capacity], [2, deadline], [4, unstorable], [5, bug]] as const) assert.equal((outcomes[i] as { error: Error }).error, error)
 
   samples = parseMetrics(await metrics.registry.metrics())
   assert.equal(sampleValue(samples, 'plantstore_store_operations_in_flight', { operation: 'create' }), 0)
