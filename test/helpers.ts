@@ -1,5 +1,6 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
 import { mkdtempSync, rmSync } from 'node:fs'
+import { connect } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { test, type TestContext } from 'node:test'
@@ -14,6 +15,18 @@ export function tempDir (t: TestContext): string {
   const dir = mkdtempSync(join(tmpdir(), 'plantstore-test-'))
   t.after(() => rmSync(dir, { recursive: true, force: true }))
   return dir
+}
+
+/** The token line of the first-start banner on stderr; its group is the token. */
+export const BANNER_TOKEN = /^ {3}(pst_\S+)$/m
+
+/** True while something accepts connections on the port. */
+export function accepting (port: number): Promise<boolean> {
+  return new Promise(resolve => {
+    const socket = connect(port, '127.0.0.1')
+    socket.on('connect', () => { socket.destroy(); resolve(true) })
+    socket.on('error', () => resolve(false))
+  })
 }
 
 export type StoreKind = 'sqlite' | 'postgres'
@@ -102,7 +115,7 @@ export async function startServer (t: TestContext, options: { store?: StoreKind,
   for (;;) {
     // The log says where it listens; below LOG_LEVEL=info only the first start's banner does.
     const url = /Server listening at (http:\/\/127\.0\.0\.1:\d+)/.exec(out)?.[1] ?? /curl -X POST (http:\/\/127\.0\.0\.1:\d+)\/plants/.exec(err)?.[1]
-    const token = options.token ?? /^ {3}(pst_\S+)$/m.exec(err)?.[1]
+    const token = options.token ?? BANNER_TOKEN.exec(err)?.[1]
     if (url !== undefined && token !== undefined) {
       return { store, databaseUrl, url, token, dir, dbPath, process: child, stdout: () => out, stderr: () => err, exited }
     }

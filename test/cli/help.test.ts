@@ -30,7 +30,9 @@ test('plantstore --version prints the version in package.json', (t) => {
 test('commands other than serve start without the HTTP stack: neither Fastify nor prom-client is loaded', (t) => {
   const dir = tempDir(t)
   assert.equal(cli(dir, ['tokens', 'create', '--name', 'loads']).status, 0)
-  for (const command of [['--version'], ['tokens', 'list'], ['export'], ['migrate']]) {
+  const commands = [['--version'], ['--help'], ['migrate'], ['tokens', 'create', '--name', 'other'], ['tokens', 'list'], ['tokens', 'revoke', 'other'],
+    ['backup', join(dir, 'copy.db')], ['export'], ['import', '--replace']] // import reads an empty stdin: no plants
+  for (const command of commands) {
     // NODE_DEBUG=module names each CommonJS module Node looks for; both libraries are CommonJS.
     const result = cli(dir, command, { NODE_DEBUG: 'module' })
     assert.equal(result.status, 0, `${command.join(' ')}: ${result.stderr.slice(-500)}`)

@@ -275,9 +275,13 @@ test('export holds one page at a time: 300,000 plants go out within a 24 MiB hea
   db.exec('WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 300000) INSERT INTO plants (id, name, tag) SELECT i, \'plant number \' || i, CASE WHEN i % 3 > 0 THEN \'tag\' || (i % 7) END FROM n')
   db.close()
   // An export that gathered its pages before writing them dies here (checked: it needs over 48 MiB).
-  const result = spawnSync(process.execPath, ['--max-old-space-size=24', MAIN, 'export'], { env: { ...process.env, DATABASE_URL: path }, stdio: ['ignore', 'ignore', 'pipe'], encoding: 'utf8' })
+  // The output is gathered here, in this process: the child's heap holds only what it writes.
+  const result = spawnSync(process.execPath, ['--max-old-space-size=24', MAIN, 'export'], { env: { ...process.env, DATABASE_URL: path }, stdio: ['ignore', 'pipe', 'pipe'], encoding: 'utf8', maxBuffer: 64 * 1024 * 1024 })
   assert.equal(result.status, 0, result.stderr.slice(-500))
   assert.equal(result.stderr, 'Exported 300000 plants.\n')
+  const lines = result.stdout.split('\n')
+  assert.equal(lines.length, 300001, 'every plant written, one a line')
+  assert.deepEqual([lines[0], lines[299999]], ['{"id":1,"name":"plant number 1","tag":"tag1"}', '{"id":300000,"name":"plant number 300000"}'])
 })
 
 /**
@@ -364,7 +368,8 @@ async function importWhileServing (server: Server, databaseUrl: string, locked: 
   const started = Date.now()
   const write = await call(server, 'POST', '/plants', { body: { id: 1_000_000, name: 'meanwhile' } })
   assert.ok(isErrorBody(write, 503), write.text)
-  assert.ok(Date.now() - started < 5000, `answered within the deadline (${Date.now() - started} ms)`)
+  // The deadline is 2 s (1.5 s on PostgreSQL); a second of slack for a busy machine.
+  assert.ok(Date.now() - started < 3000, `answered within the deadline (${Date.now() - started} ms)`)
   const read = await call(server, 'GET', '/plants?limit=5')
   assert.equal(read.status, 200)
   assert.deepEqual(read.body, [], 'reads go on, and see nothing of the import yet')

@@ -4,7 +4,7 @@ import { chmodSync, mkdirSync, writeFileSync } from 'node:fs'
 import { connect, createServer, type AddressInfo } from 'node:net'
 import { join } from 'node:path'
 import { describe, test } from 'node:test'
-import { call, cli, freshDatabase, MAIN, startServer, tempDir, testStores } from '../helpers.js'
+import { BANNER_TOKEN, call, cli, freshDatabase, MAIN, startServer, tempDir, testStores } from '../helpers.js'
 
 function startFails (env: NodeJS.ProcessEnv): { status: number | null, stderr: string } {
   const result = spawnSync(process.execPath, [MAIN, 'serve'], { env: { ...process.env, ...env }, encoding: 'utf8', timeout: 10_000 })
@@ -101,7 +101,7 @@ for (const store of testStores()) {
     test('several servers starting together on an empty store create exactly one first token, one of them shows it, and what one stores the others read', async (t) => {
       const database = await freshDatabase(t, store)
       const servers = await Promise.all([1, 2, 3].map(() => startServer(t, { ...database, token: 'not yet known' })))
-      const banners = (): string[] => servers.flatMap(server => /^ {3}(pst_\S+)$/m.exec(server.stderr())?.[1] ?? [])
+      const banners = (): string[] => servers.flatMap(server => BANNER_TOKEN.exec(server.stderr())?.[1] ?? [])
       const deadline = Date.now() + 5000
       while (banners().length === 0 && Date.now() < deadline) await new Promise(resolve => setTimeout(resolve, 20))
       await new Promise(resolve => setTimeout(resolve, 300)) // room for a second banner, if one were coming

@@ -2,14 +2,13 @@
 // controls (reset, or a blackhole that answers nothing), never by stopping the shared server.
 import assert from 'node:assert/strict'
 import { test, type TestContext } from 'node:test'
+import { setTimeout as sleep } from 'node:timers/promises'
 import { call, cli, isErrorBody, startServer, tempDir, type Answer, type Server } from '../helpers.js'
 import { adminQuery, PG_SKIP, PG_URL, pgSchema } from '../store/postgres-helpers.js'
 import { startTcpProxy, type TcpProxy } from '../tcp-proxy.js'
 
 /** Every answer during an outage leaves within this, measured by the client. */
 const ANSWER_WITHIN_MS = 2000
-
-const sleep = (ms: number): Promise<void> => new Promise(resolve => setTimeout(resolve, ms))
 
 interface Outage { server: Server, proxy: TcpProxy, schema: string, url: string }
 

@@ -1,19 +1,9 @@
 import assert from 'node:assert/strict'
 import { spawn } from 'node:child_process'
-import { connect } from 'node:net'
 import { join } from 'node:path'
 import { describe, test } from 'node:test'
-import { alive, call, ROOT, startServer, tempDir, testStores } from '../helpers.js'
+import { accepting, alive, call, ROOT, startServer, tempDir, testStores } from '../helpers.js'
 import { rawExchange } from '../raw.js'
-
-/** True while something accepts connections on the port. */
-function accepting (port: number): Promise<boolean> {
-  return new Promise(resolve => {
-    const socket = connect(port, '127.0.0.1')
-    socket.on('connect', () => { socket.destroy(); resolve(true) })
-    socket.on('error', () => resolve(false))
-  })
-}
 
 for (const store of testStores()) {
   describe(store, () => {
