@@ -2,7 +2,8 @@ import Database from 'better-sqlite3'
 import { StoreUnavailableError } from '../errors.js'
 import { describe } from './describe.js'
 import { isUnavailable } from './sqlite-errors.js'
-import { LIST_SQL, PLANT_BY_ID_SQL, rowToPlant, type PlantRow } from './sqlite-rows.js'
+import { LIST_SQL, rowToPlant, type PlantRow } from './sqlite-rows.js'
+import { plantCreator } from './sqlite-writes.js'
 import { configure } from './sqlite-schema.js'
 import { EXPORT_PAGE, keysetPages, type ImportOutcome, type PlantRecord } from './store.js'
 
@@ -52,8 +53,7 @@ export async function * exportSqlite (path: string): AsyncGenerator<PlantRecord[
 export async function importSqlite (path: string, source: AsyncIterable<PlantRecord[]>, { replace }: { replace: boolean }): Promise<ImportOutcome> {
   const db = connect(path, false)
   try {
-    const insert = db.prepare('INSERT INTO plants (id, name, tag) VALUES (?, ?, ?) ON CONFLICT (id) DO NOTHING')
-    const stored = db.prepare(PLANT_BY_ID_SQL).raw()
+    const create = plantCreator(db)
     db.exec('BEGIN IMMEDIATE')
     if (replace) db.exec('DELETE FROM plants')
     else if (db.prepare('SELECT 1 FROM plants LIMIT 1').get() !== undefined) return { outcome: 'not-empty' }
@@ -61,13 +61,9 @@ export async function importSqlite (path: string, source: AsyncIterable<PlantRec
     let plants = 0
     for await (const batch of source) {
       for (const plant of batch) {
-        const tag = plant.tag ?? null
-        if (insert.run(plant.id, plant.name, tag).changes === 1) {
-          plants++
-        } else {
-          const [, name, storedTag] = stored.get(plant.id) as PlantRow
-          if (name !== plant.name || storedTag !== tag) return { outcome: 'conflict', at }
-        }
+        const outcome = create(plant.id, plant.name, plant.tag ?? null)
+        if (outcome === 'conflict') return { outcome, at }
+        if (outcome === 'created') plants++
         at++
       }
     }

@@ -13,10 +13,23 @@ export type Operation = keyof ReturnType<typeof operationsOf>
 /** How a write ended in its transaction: done with a value, or failed with an error. */
 export type WriteResult = [done: true, value: unknown] | [done: false, error: unknown]
 
+/**
+ * Stores a plant on `db`, unless its id is taken: then tells whether the stored plant is the same.
+ * The store's create and the import's, so that both judge sameness alike.
+ */
+export function plantCreator (db: Database.Database): (id: bigint, name: string, tag: string | null) => 'created' | 'same' | 'conflict' {
+  const insert = db.prepare('INSERT INTO plants (id, name, tag) VALUES (?, ?, ?) ON CONFLICT (id) DO NOTHING')
+  const stored = db.prepare(PLANT_BY_ID_SQL).raw()
+  return (id, name, tag) => {
+    if (insert.run(id, name, tag).changes === 1) return 'created'
+    const [, storedName, storedTag] = stored.get(id) as PlantRow
+    return storedName === name && storedTag === tag ? 'same' : 'conflict'
+  }
+}
+
 function prepare (db: Database.Database) {
   return {
-    insertPlant: db.prepare('INSERT INTO plants (id, name, tag) VALUES (?, ?, ?) ON CONFLICT (id) DO NOTHING'),
-    getPlant: db.prepare(PLANT_BY_ID_SQL).raw(),
+    createPlant: plantCreator(db),
     replacePlant: db.prepare(`UPDATE plants SET name = ?, tag = ? WHERE id = ? RETURNING ${PLANT_COLUMNS}`).raw(),
     removePlant: db.prepare('DELETE FROM plants WHERE id = ?'),
     insertToken: db.prepare('INSERT INTO tokens (name, digest, scopes, created_at, expires_at) VALUES (?, ?, ?, ?, ?) RETURNING *').safeIntegers(false),
@@ -37,11 +50,7 @@ function tokenParams (token: NewToken): unknown[] {
 function operationsOf (sql: ReturnType<typeof prepare>) {
   return {
     ping: () => true,
-    create: (id: bigint, name: string, tag: string | null) => {
-      if (sql.insertPlant.run(id, name, tag).changes === 1) return 'created'
-      const [, storedName, storedTag] = sql.getPlant.get(id) as PlantRow
-      return storedName === name && storedTag === tag ? 'same' : 'conflict'
-    },
+    create: sql.createPlant,
     replace: (id: bigint, name: string, tag: string | null) => {
       const row = sql.replacePlant.get(name, tag, id) as PlantRow | undefined
       return row === undefined ? undefined : rowToPlant(row)
