@@ -7,7 +7,7 @@ import type { Config } from './config.js'
 import { BODY_LIMIT, validatorCompiler } from './contract.js'
 import { corsFor } from './cors.js'
 import { installEdgeChecks } from './edge.js'
-import { ApiError, clientErrorHandler, frameworkErrorHandler, installErrorHandling } from './errors.js'
+import { ApiError, clientErrorHandler, frameworkErrorHandler, installErrorHandling, refusalReport } from './errors.js'
 import { JsonError, parseJson } from './json.js'
 import { installRequestMetrics, refusalCounter } from './metrics/http.js'
 import { createMetrics } from './metrics/metrics.js'
@@ -44,8 +44,8 @@ export async function buildApp ({ config, store: bareStore, log = pino({ level: 
   const metrics = createMetrics()
   const store = instrumentStore(bareStore, metrics)
   const cors = corsFor(config.corsOrigins ?? [])
-  const countRefusal = refusalCounter(metrics)
-  const refuseBeforeRouting = frameworkErrorHandler(log, countRefusal)
+  const refused = refusalReport(log, refusalCounter(metrics))
+  const refuseBeforeRouting = frameworkErrorHandler(refused)
   const app = Fastify({
     // Fastify's own logger stays off: given one, it listens for the end of every response, at any
     // level, a measurable share of a POST (docs/performance.md). Our logger writes the request lines.
@@ -63,7 +63,7 @@ export async function buildApp ({ config, store: bareStore, log = pino({ level: 
       // Node would answer a request without Host with an empty 400; the edge check answers it.
       requireHostHeader: false
     },
-    clientErrorHandler: clientErrorHandler(log, countRefusal),
+    clientErrorHandler: clientErrorHandler(refused),
     // A path that cannot be routed is answered before any hook runs: its CORS headers are added here.
     frameworkErrors: cors === undefined
       ? refuseBeforeRouting
@@ -91,7 +91,7 @@ export async function buildApp ({ config, store: bareStore, log = pino({ level: 
   }
 
   app.setValidatorCompiler(validatorCompiler)
-  installErrorHandling(app, log, countRefusal)
+  installErrorHandling(app, log, refused)
 
   // JSON only: any other content type is answered 415. One reader for every body (src/json.ts),
   // over bytes that must be UTF-8: text that cannot be stored exactly is refused, not replaced.

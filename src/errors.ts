@@ -169,19 +169,21 @@ function onceASecond (log: Logger): (reqId: string, cause: string) => void {
 /** Counts a request refused before routing, by its status and reason, and its connection when Node refused it: for the metrics. */
 export type CountRefusal = (status: number, reason: FailureName, socket?: Socket) => void
 
+/** Reports a request refused before routing, by the failure it was answered with. */
+export type ReportRefusal = (reason: FailureName, fields?: { reqId?: string, code?: string }, socket?: Socket) => void
+
 /** A request refused before routing: a warn line with its reason (never a header value, so never a token), and a count. */
-function refusalReport (log: Logger, count: CountRefusal | undefined) {
-  return (reason: FailureName, fields: { reqId?: string, code?: string } = {}, socket?: Socket): void => {
+export function refusalReport (log: Logger, count: CountRefusal): ReportRefusal {
+  return (reason, fields = {}, socket) => {
     const { status } = failures[reason]
     log.warn({ ...fields, status, reason }, 'request refused before routing')
-    count?.(status, reason, socket)
+    count(status, reason, socket)
   }
 }
 
-/** Replaces Fastify's and Node's error replies with the Error body, everywhere. */
-export function installErrorHandling (app: FastifyInstance, log: Logger, countRefusal?: CountRefusal): void {
+/** Replaces Fastify's and Node's error replies with the Error body, everywhere; `refused` reports what is answered before routing. */
+export function installErrorHandling (app: FastifyInstance, log: Logger, refused: ReportRefusal): void {
   const storeTrouble = onceASecond(log)
-  const refused = refusalReport(log, countRefusal)
   app.setErrorHandler((error: FastifyError, request: FastifyRequest, reply: FastifyReply) => {
     const failure = toApiError(error)
     if (failure.failure === 'unavailable') storeTrouble(request.id, error.message)
@@ -213,8 +215,7 @@ export function installErrorHandling (app: FastifyInstance, log: Logger, countRe
  * Fastify's `frameworkErrors`: a path that cannot be routed (bad percent-encoding, a parameter
  * over the length limit) answers the Error body, logged like every failure before routing.
  */
-export function frameworkErrorHandler (log: Logger, countRefusal?: CountRefusal): (error: FastifyError, request: FastifyRequest, reply: FastifyReply) => void {
-  const refused = refusalReport(log, countRefusal)
+export function frameworkErrorHandler (refused: ReportRefusal): (error: FastifyError, request: FastifyRequest, reply: FastifyReply) => void {
   return (error, request, reply) => {
     const failure = toApiError(error)
     refused(failure.failure, { reqId: request.id })
@@ -233,8 +234,7 @@ const clientErrorCodes: Record<string, FailureName> = {
  * request that stops arriving) with the Error body, and logs each at warn with its reason;
  * never a header value, so never a token.
  */
-export function clientErrorHandler (log: Logger, countRefusal?: CountRefusal): (error: NodeJS.ErrnoException, socket: Socket) => void {
-  const refused = refusalReport(log, countRefusal)
+export function clientErrorHandler (refused: ReportRefusal): (error: NodeJS.ErrnoException, socket: Socket) => void {
   return (error, socket) => {
     const name = clientErrorCodes[error.code ?? ''] ?? 'badRequest'
     const failure = failures[name]
