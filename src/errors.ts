@@ -98,14 +98,18 @@ export function rule ({ keyword, message, params, schema }: ValidationIssue): st
   }
 }
 
+/** A field's name as a message shows it: cut to 64 characters, so that a long key cannot fill the line. */
+export function shortField (field: string): string {
+  return field.length > 64 ? field.slice(0, 61) + '...' : field
+}
+
 /** The field an Ajv complaint is about, dotted (`tag`, `a.b`), cut to 64 characters; '' for the value itself. */
 export function fieldOf (issue: ValidationIssue): string {
-  const field = issue.keyword === 'required'
+  return shortField(issue.keyword === 'required'
     ? String(issue.params.missingProperty)
     : issue.keyword === 'additionalProperties'
       ? String(issue.params.additionalProperty)
-      : issue.instancePath.replace(/^\//, '').replaceAll('/', '.')
-  return field.length > 64 ? field.slice(0, 61) + '...' : field
+      : issue.instancePath.replace(/^\//, '').replaceAll('/', '.'))
 }
 
 /** One sentence out of Ajv's first complaint, naming the field: "`id` in the request body is required." */

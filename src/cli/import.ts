@@ -2,7 +2,7 @@ import { ConfigError } from '../config.js'
 import type { Store } from '../store/store.js'
 import { parseCommand } from './args.js'
 import { databaseUrlOf, openForCommand } from './database.js'
-import { countOf, PlantBatches } from './plant-lines.js'
+import { countOf, PlantBatches, stop } from './plant-lines.js'
 import { USAGE } from './usage.js'
 
 /**
@@ -16,11 +16,11 @@ export async function importFrom (store: Store, input: AsyncIterable<Buffer>, op
     case 'imported':
       return result.plants
     case 'not-empty':
-      throw new ConfigError('The store already holds plants, and import fills an empty store only; give --replace to delete its plants first (tokens stay), in the same transaction. Nothing was imported.')
+      throw stop('The store already holds plants, and import fills an empty store only; give --replace to delete its plants first (tokens stay), in the same transaction.')
     case 'conflict':
-      throw new ConfigError(`Line ${batches.lineAt(result.at)} gives the id of an earlier line with another name or tag. Nothing was imported.`)
+      throw stop(`Line ${batches.lineAt(result.at)} gives the id of an earlier line with another name or tag.`)
     case 'unstorable':
-      throw new ConfigError(`Line ${batches.lineAt(result.at)}: ${result.reason} Nothing was imported.`)
+      throw stop(`Line ${batches.lineAt(result.at)}: ${result.reason}`)
   }
 }
 

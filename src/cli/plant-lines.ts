@@ -2,7 +2,7 @@ import type { ValidateFunction } from 'ajv'
 import { isUtf8 } from 'node:buffer'
 import { ConfigError } from '../config.js'
 import { BODY_LIMIT, route, validatorCompiler } from '../contract.js'
-import { fieldOf, rule, type ValidationIssue } from '../errors.js'
+import { fieldOf, rule, shortField, type ValidationIssue } from '../errors.js'
 import { JsonError, parseJson } from '../json.js'
 import type { PlantRecord } from '../store/store.js'
 
@@ -41,7 +41,7 @@ function newPlantChecks (): { validate: ValidateFunction, fields: string[] } {
 }
 
 /** The import stops: `problem` names the line, and the sentence says what that means. */
-function stop (problem: string): ConfigError {
+export function stop (problem: string): ConfigError {
   return new ConfigError(`${problem} Nothing was imported.`)
 }
 
@@ -96,8 +96,7 @@ function plantOf (text: string, number: number): PlantRecord | undefined {
   const { validate, fields } = newPlantChecks()
   if (value !== null && typeof value === 'object' && !Array.isArray(value)) {
     const extra = Object.keys(value).find(key => !fields.includes(key))
-    const named = extra === undefined ? '' : JSON.stringify(extra.length > 64 ? extra.slice(0, 61) + '...' : extra).slice(1, -1)
-    if (extra !== undefined) throw stop(`Line ${number}: \`${named}\` is not a field of a plant (${fields.join(', ')}).`)
+    if (extra !== undefined) throw stop(`Line ${number}: \`${JSON.stringify(shortField(extra)).slice(1, -1)}\` is not a field of a plant (${fields.join(', ')}).`)
   }
   if (!validate(value)) {
     const issue = validate.errors![0] as ValidationIssue
