@@ -1,7 +1,9 @@
 // What a database holds, read beside the server rather than over HTTP, so that a test can check
 // what a request stored (or did not) the same way on either store.
+import Database from 'better-sqlite3'
 import { readFileSync } from 'node:fs'
 import pg from 'pg'
+import { queryOnce } from '../scripts/postgres-query.js'
 import { openStore } from '../src/store/open.js'
 import type { PlantRecord, Store } from '../src/store/store.js'
 import type { TestContext } from 'node:test'
@@ -34,6 +36,26 @@ export async function storedPlants (database: Pick<TestDatabase, 'databaseUrl'>)
       if (page.length < 1000) return plants
     }
   })
+}
+
+/**
+ * Every plant stored in `database`, in id order, read with SQL rather than through the store that
+ * wrote it: so that a test sees the stored int8 itself, not what the store's own reading makes of it.
+ */
+export async function plantsBySql (database: TestDatabase): Promise<PlantRecord[]> {
+  let rows: Array<{ id: bigint | string, name: string, tag: string | null }>
+  if (database.store === 'sqlite') {
+    const db = new Database(database.databaseUrl, { readonly: true })
+    try {
+      rows = db.prepare('SELECT id, name, tag FROM plants ORDER BY id').safeIntegers(true).all() as typeof rows
+    } finally {
+      db.close()
+    }
+  } else {
+    // Ordered by the int8, not by its text.
+    rows = (await queryOnce(database.databaseUrl, 'SELECT id::text AS id, name, tag FROM plants ORDER BY plants.id')).rows
+  }
+  return rows.map(({ id, name, tag }) => tag === null ? { id: BigInt(id), name } : { id: BigInt(id), name, tag })
 }
 
 /**

@@ -14,6 +14,7 @@ import { parseJson } from '../../src/json.js'
 import { SqliteStore } from '../../src/store/sqlite.js'
 import type { PlantRecord } from '../../src/store/store.js'
 import { call, cli, isErrorBody, MAIN, startServer, tempDir, type Server } from '../helpers.js'
+import { plantsBySql } from '../stored.js'
 import { adminQuery, PG_SKIP, PG_URL, pgSchema } from '../store/postgres-helpers.js'
 
 const INT64_MIN = -(2n ** 63n)
@@ -66,23 +67,6 @@ function sqliteStoreWith (dir: string, plants: PlantRecord[], file = 'plantstore
   return path
 }
 
-/** Every plant of a SQLite store, read with SQL, in id order. */
-function sqlitePlants (path: string): PlantRecord[] {
-  const db = new Database(path, { readonly: true })
-  try {
-    const rows = db.prepare('SELECT id, name, tag FROM plants ORDER BY id').safeIntegers(true).all() as Array<{ id: bigint, name: string, tag: string | null }>
-    return rows.map(({ id, name, tag }) => tag === null ? { id, name } : { id, name, tag })
-  } finally {
-    db.close()
-  }
-}
-
-/** Every plant of a PostgreSQL schema, read with SQL, in id order. */
-async function postgresPlants (schema: string): Promise<PlantRecord[]> {
-  const { rows } = await adminQuery(`SELECT id::text AS id, name, tag FROM ${schema}.plants ORDER BY plants.id`)
-  return rows.map(({ id, name, tag }) => tag === null ? { id: BigInt(id), name } : { id: BigInt(id), name, tag })
-}
-
 /** An export's lines read back with the project's exact JSON reader. */
 function parseExport (output: Buffer): PlantRecord[] {
   const text = output.toString('utf8')
@@ -125,20 +109,20 @@ async function roundTrip (t: TestContext, via: 'sqlite' | 'postgres'): Promise<v
   if (via === 'postgres') {
     const { url, schema } = await pgSchema(t)
     importInto(url, exported, 10_000)
-    assert.deepEqual(await postgresPlants(schema), expected)
+    assert.deepEqual(await plantsBySql({ store: 'postgres', databaseUrl: url }), expected)
     assert.equal((await adminQuery(`SELECT count(*)::int AS n FROM ${schema}.tokens`)).rows[0].n, 0, 'tokens stay behind')
     middle = exportOf(url, 10_000)
   } else {
     const copy = join(dir, 'copy.db')
     importInto(copy, exported, 10_000)
-    assert.deepEqual(sqlitePlants(copy), expected)
+    assert.deepEqual(await plantsBySql({ store: 'sqlite', databaseUrl: copy }), expected)
     middle = exportOf(copy, 10_000)
   }
   assert.ok(middle.equals(exported), 'the second export is the first, byte for byte')
 
   const back = join(dir, 'back.db')
   importInto(back, middle, 10_000)
-  assert.deepEqual(sqlitePlants(back), expected)
+  assert.deepEqual(await plantsBySql({ store: 'sqlite', databaseUrl: back }), expected)
   assert.ok(exportOf(back, 10_000).equals(exported))
 }
 
@@ -150,7 +134,7 @@ test('10,000 plants move SQLite → PostgreSQL → SQLite exactly: int64 extreme
   await roundTrip(t, 'postgres')
 })
 
-test('import refuses a store that holds plants, in one line naming --replace; --replace swaps the plants and keeps the tokens', (t) => {
+test('import refuses a store that holds plants, in one line naming --replace; --replace swaps the plants and keeps the tokens', async (t) => {
   const dir = tempDir(t)
   const path = sqliteStoreWith(dir, [{ id: 1n, name: 'old' }])
   assert.equal(run(['tokens', 'create', '--name', 'keeper'], path).status, 0)
@@ -158,18 +142,18 @@ test('import refuses a store that holds plants, in one line naming --replace; --
   const refused = run(['import'], path, input)
   assert.equal(refused.status, 1)
   assert.equal(refused.stderr, 'plantstore: The store already holds plants, and import fills an empty store only; give --replace to delete its plants first (tokens stay), in the same transaction. Nothing was imported.\n')
-  assert.deepEqual(sqlitePlants(path), [{ id: 1n, name: 'old' }])
+  assert.deepEqual(await plantsBySql({ store: 'sqlite', databaseUrl: path }), [{ id: 1n, name: 'old' }])
 
   importInto(path, input, 1, ['--replace'])
-  assert.deepEqual(sqlitePlants(path), [{ id: 2n, name: 'new', tag: 't' }])
+  assert.deepEqual(await plantsBySql({ store: 'sqlite', databaseUrl: path }), [{ id: 2n, name: 'new', tag: 't' }])
   assert.match(run(['tokens', 'list'], path).stdout.toString(), /\tkeeper\t.*\tactive\t/)
 })
 
-test('import skips blank lines, takes CRLF line ends and a last line without a line break, and stores a repeated identical plant once', (t) => {
+test('import skips blank lines, takes CRLF line ends and a last line without a line break, and stores a repeated identical plant once', async (t) => {
   const path = join(tempDir(t), 'new.db')
   const input = '{"id":1,"name":"a"}\r\n\n   \n{"id": 2, "name": "b", "tag": "x"}\n{"id":1,"name":"a"}\n\t\n{"id":3,"name":"c"}'
   importInto(path, input, 3)
-  assert.deepEqual(sqlitePlants(path), [{ id: 1n, name: 'a' }, { id: 2n, name: 'b', tag: 'x' }, { id: 3n, name: 'c' }])
+  assert.deepEqual(await plantsBySql({ store: 'sqlite', databaseUrl: path }), [{ id: 1n, name: 'a' }, { id: 2n, name: 'b', tag: 'x' }, { id: 3n, name: 'c' }])
 })
 
 /** 2,500 good plants (stored in three batches before line 2502), a blank line among them, then `bad`, then one more good line. */
@@ -217,14 +201,14 @@ test('a bad line stops the import with one sentence naming it and why, and the s
   }
 })
 
-test('plantstore import stopped by a bad line: exit code 1, one line on stderr, nothing on stdout', (t) => {
+test('plantstore import stopped by a bad line: exit code 1, one line on stderr, nothing on stdout', async (t) => {
   const path = sqliteStoreWith(tempDir(t), [{ id: -5n, name: 'before' }])
   for (const bad of ['{"id":3000,', '{"id":7,"name":"not plant 7"}']) {
     const result = run(['import', '--replace'], path, withBadLine(bad))
     assert.equal(result.status, 1)
     assert.equal(result.stdout.length, 0)
     assert.match(result.stderr, /^plantstore: Line 2502 [^\n]* Nothing was imported\.\n$/)
-    assert.deepEqual(sqlitePlants(path), [{ id: -5n, name: 'before' }])
+    assert.deepEqual(await plantsBySql({ store: 'sqlite', databaseUrl: path }), [{ id: -5n, name: 'before' }])
   }
 })
 
@@ -437,16 +421,16 @@ test('postgres: an export that fails part way ends with a line that makes an imp
   const result = run(['import'], target, output)
   assert.equal(result.status, 1)
   assert.match(result.stderr, new RegExp(`plantstore: Line ${lines} says that the export which wrote it failed there, so the plants after it are missing\\. Nothing was imported\\.\\n$`))
-  assert.deepEqual(sqlitePlants(target), [])
+  assert.deepEqual(await plantsBySql({ store: 'sqlite', databaseUrl: target }), [])
 })
 
 test('postgres: an export from SQLite holding U+0000 does not go into PostgreSQL: one line names the line, nothing is imported', { skip: PG_URL === undefined ? PG_SKIP : false }, async (t) => {
   const path = sqliteStoreWith(tempDir(t), [{ id: 1n, name: 'fine' }, { id: 2n, name: 'nul \u0000 inside' }, { id: 3n, name: 'fine too' }])
   const exported = exportOf(path, 3)
   assert.ok(exported.includes('\\u0000'))
-  const { url, schema } = await pgSchema(t)
+  const { url } = await pgSchema(t)
   const result = run(['import'], url, exported)
   assert.equal(result.status, 1)
   assert.equal(result.stderr, 'plantstore: Line 2: The name or tag holds the character U+0000, which this store cannot keep; remove it. Nothing was imported.\n')
-  assert.deepEqual(await postgresPlants(schema), [])
+  assert.deepEqual(await plantsBySql({ store: 'postgres', databaseUrl: url }), [])
 })
