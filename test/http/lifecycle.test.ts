@@ -91,10 +91,17 @@ for (const store of testStores()) {
 
     test('the first-start banner names the database: a SQLite file by its absolute path, PostgreSQL without its URL (which may hold a password)', async (t) => {
       const dir = tempDir(t)
-      const server = await startServer(t, store === 'sqlite' ? { dir, cwd: dir, env: { DATABASE_URL: 'plantstore.db' } } : { store })
+      // On PostgreSQL, a URL with a password (the test server trusts every connection, so any will do).
+      const withPassword = async (): Promise<string> => {
+        const url = new URL((await freshDatabase(t, 'postgres')).databaseUrl)
+        url.password = 'canary-pw-7731'
+        return url.href
+      }
+      const server = await startServer(t, store === 'sqlite' ? { dir, cwd: dir, env: { DATABASE_URL: 'plantstore.db' } } : { env: { DATABASE_URL: await withPassword() } })
       const names = store === 'sqlite' ? ` ${join(dir, 'plantstore.db')},` : ' the PostgreSQL database in DATABASE_URL,'
       assert.ok(server.stderr().includes(names), server.stderr())
       assert.doesNotMatch(server.stderr(), /postgres(ql)?:\/\//)
+      assert.ok(!(server.stderr() + server.stdout()).includes('canary-pw-7731'), 'the password is in no output')
       assert.equal((await call(server, 'POST', '/plants', { body: { id: 1, name: 'Fern' } })).status, 200)
     })
 

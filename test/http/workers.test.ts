@@ -156,9 +156,12 @@ if (PG_URL === undefined) {
     for (let death = 1; death <= 3; death++) {
       // The newest worker each time, within seconds of its start: a crash loop.
       const newest = Math.max(...children(primary))
+      const killedAt = Date.now()
       process.kill(newest, 'SIGKILL')
       await until(5000, 'the primary notices', () => waits().length === death)
       await until(20_000, 'a new worker runs', () => children(primary).length === 2 && !children(primary).includes(newest))
+      // The wait is kept, not only logged: the new process appears no sooner (polled every 50 ms).
+      assert.ok(Date.now() - killedAt >= waits()[death - 1], `death ${death}: replaced ${Date.now() - killedAt} ms after, the wait ${waits()[death - 1]} ms`)
     }
     const [first, second, third] = waits()
     assert.ok(second === first * 2 && third === second * 2, `waits ${waits().join(', ')} ms`)
