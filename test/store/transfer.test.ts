@@ -160,7 +160,13 @@ test('postgres: an export stopped early ends its transaction and its connection'
   const store = await PostgresStore.open((await pgSchema(t, 'export_stop')).url)
   t.after(() => store.close())
   await seed(store, plants(1n, 2500))
+  const sessions = async (): Promise<number> => (await adminQuery("SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'export_stop'")).rows[0].n
+  const before = await sessions() // the pool's own, idle
   await stopAfterFirstPage(store)
   const { rows } = await adminQuery("SELECT state FROM pg_stat_activity WHERE application_name = 'export_stop' AND state <> 'idle'")
-  assert.deepEqual(rows, [])
+  assert.deepEqual(rows, [], 'no transaction left open')
+  // The export's own connection is gone too (its backend leaves pg_stat_activity a moment after the client ends it).
+  const deadline = Date.now() + 2000
+  while (await sessions() > before && Date.now() < deadline) await new Promise(resolve => setTimeout(resolve, 50))
+  assert.equal(await sessions(), before, 'the export\'s connection ended')
 })
