@@ -3,6 +3,7 @@ import { randomUUID } from 'node:crypto'
 import Fastify, { type FastifyInstance } from 'fastify'
 import pino, { type Logger } from 'pino'
 import { installAuth } from './auth.js'
+import { Feed } from './changes/feed.js'
 import type { Config } from './config.js'
 import { BODY_LIMIT, validatorCompiler } from './contract.js'
 import { corsFor } from './cors.js'
@@ -14,6 +15,7 @@ import { createMetrics } from './metrics/metrics.js'
 import { instrumentStore } from './metrics/store.js'
 import { RateLimiter } from './rate-limit.js'
 import { docs } from './routes/docs.js'
+import { changes } from './routes/changes.js'
 import { plants } from './routes/plants.js'
 import { system } from './routes/system.js'
 import type { Store } from './store/store.js'
@@ -22,7 +24,7 @@ import type { Store } from './store/store.js'
 export const KEEP_ALIVE_TIMEOUT_MS = 72_000
 
 export interface AppOptions {
-  config: Pick<Config, 'logLevel' | 'rateLimitPerMinute' | 'requestTimeout'> & Partial<Pick<Config, 'corsOrigins'>>
+  config: Pick<Config, 'logLevel' | 'rateLimitPerMinute' | 'requestTimeout'> & Partial<Pick<Config, 'corsOrigins' | 'changesMaxReaders'>>
   store: Store
   /** The service's logger; by default one at `config.logLevel` on stdout. */
   log?: Logger
@@ -125,9 +127,17 @@ export async function buildApp ({ config, store: bareStore, log = pino({ level: 
   // Counted for the whole service where the store is shared by instances; RATE_LIMIT_PER_MINUTE=0 turns it off.
   const limiter = config.rateLimitPerMinute === 0 ? undefined : new RateLimiter({ perMinute: config.rateLimitPerMinute, shared: store.rateWindows, log })
   if (limiter !== undefined) app.addHook('onClose', async () => limiter.close())
-  installAuth(app, store, limiter === undefined ? [] : [limiter.hook])
+  const stillAllowed = installAuth(app, store, limiter === undefined ? [] : [limiter.hook])
+
+  const feed = new Feed({ store, maxReaders: config.changesMaxReaders ?? 1000, log, counted: type => metrics.changesWritten.inc({ type }) })
+  metrics.state.changes.open = feed.open
+  metrics.state.changes.bounds = () => store.logBounds()
+  // Before the server stops accepting and waits for its connections: streams end, waiting polls answer now.
+  app.addHook('preClose', (done) => { feed.close(); done() })
+
   await app.register(system, { store, metrics: metrics.registry })
   await app.register(docs)
-  await app.register(plants, { store })
+  await app.register(plants, { store, feed })
+  await app.register(changes, { store, feed, stillAllowed, log })
   return app
 }

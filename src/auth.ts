@@ -1,4 +1,4 @@
-import type { FastifyInstance, onRequestHookHandler } from 'fastify'
+import type { FastifyInstance, FastifyRequest, onRequestHookHandler } from 'fastify'
 import { ApiError } from './errors.js'
 import type { Scope, Store, TokenRecord } from './store/store.js'
 import { TokenCache } from './token-cache.js'
@@ -35,7 +35,7 @@ function authorize (record: TokenRecord | undefined, scope: Scope): TokenRecord 
  * same tick, with no promise per request on the hottest path. `after` are hooks that need the
  * checked token (the rate limit): they run right after it, on the same routes.
  */
-export function installAuth (app: FastifyInstance, store: Store, after: onRequestHookHandler[] = []): void {
+export function installAuth (app: FastifyInstance, store: Store, after: onRequestHookHandler[] = []): StillAllowed {
   const cache = new TokenCache(store)
   const requireScope = (scope: Scope): onRequestHookHandler => (request, _reply, done) => {
     const token = BEARER.exec(request.headers.authorization ?? '')?.[1]
@@ -58,4 +58,22 @@ export function installAuth (app: FastifyInstance, store: Store, after: onReques
     const own = route.onRequest === undefined ? [] : [route.onRequest].flat()
     route.onRequest = [requireScope(scope), ...after, ...own]
   })
+  return async (request, scope) => {
+    const token = BEARER.exec(request.headers.authorization ?? '')?.[1]
+    if (token === undefined) return false
+    try {
+      authorize(await cache.check(token), scope)
+      return true
+    } catch (error) {
+      if (error instanceof ApiError) return false
+      throw error
+    }
+  }
 }
+
+/**
+ * Whether the token a request was admitted with would still be: a long answer (a change
+ * stream) asks again as it goes, so that a revoked or expired token stops receiving. Throws when
+ * the store cannot tell.
+ */
+export type StillAllowed = (request: FastifyRequest, scope: Scope) => Promise<boolean>

@@ -1,4 +1,5 @@
 import { isIP } from 'node:net'
+import { parseDuration } from './tokens.js'
 
 /** Everything the server reads from its environment, parsed once at start. */
 export interface Config {
@@ -20,6 +21,10 @@ export interface Config {
   workers: number
   /** Browser origins answered with CORS headers, exactly as browsers send them (https://garden.example:8443). Default none: CORS off. */
   corsOrigins: string[]
+  /** How long the change log keeps a change, in ms (`90s`, `15m`, `12h`, `7d`, `2w`). Default 7d. */
+  changesRetentionMs: number
+  /** Change streams open and long polls waiting, together, at most; past it they are answered 503. Default 1000. */
+  changesMaxReaders: number
 }
 
 /** A configuration value that cannot be used: the message is the one line shown at start. */
@@ -82,7 +87,17 @@ const table = {
   shutdownTimeout: { env: 'SHUTDOWN_TIMEOUT', fallback: '10', parse: (t: string) => integer('SHUTDOWN_TIMEOUT', t, 1, 3600) },
   // A fixed bound, the same on every machine: far past any useful count, short of a typo's 1000.
   workers: { env: 'WORKERS', fallback: '1', parse: (t: string) => integer('WORKERS', t, 1, 64) },
-  corsOrigins: { env: 'CORS_ORIGINS', fallback: '', parse: origins }
+  corsOrigins: { env: 'CORS_ORIGINS', fallback: '', parse: origins },
+  changesRetentionMs: {
+    env: 'CHANGES_RETENTION',
+    fallback: '7d',
+    parse: (t: string) => {
+      const ms = parseDuration(t)
+      if (ms === undefined || ms > 3650 * 86_400_000) throw new ConfigError(`CHANGES_RETENTION must be a duration such as 7d, 12h, 30m or 90s (up to 10 years), not "${t}".`)
+      return ms
+    }
+  },
+  changesMaxReaders: { env: 'CHANGES_MAX_READERS', fallback: '1000', parse: (t: string) => integer('CHANGES_MAX_READERS', t, 0, 100_000) }
 } as const
 
 /** The environment variable behind each setting, for help texts and `serve` flags. */

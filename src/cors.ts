@@ -2,9 +2,9 @@ import type { FastifyReply, FastifyRequest, onRequestHookHandler } from 'fastify
 import { allowedMethods } from './contract.js'
 
 /** What a preflight allows a browser to send beyond the simple headers. */
-const ALLOW_HEADERS = 'Authorization, Content-Type'
+const ALLOW_HEADERS = 'Authorization, Content-Type, If-Match, If-None-Match, Last-Event-ID'
 /** The headers of our answers a browser front end may read, beyond the simple ones. */
-const EXPOSE_HEADERS = 'Allow, Link, Retry-After, WWW-Authenticate'
+const EXPOSE_HEADERS = 'Allow, Changes-Position, ETag, Link, Retry-After, WWW-Authenticate'
 /** How long, in seconds, a browser may reuse a preflight's answer. */
 const MAX_AGE = '600'
 

@@ -17,6 +17,8 @@ export const failures = {
   badQuery: { status: 400, message: 'The query string is not valid: a "%" must start a percent-encoded UTF-8 byte such as "%20".' },
   missingHost: { status: 400, message: 'The request has no Host header, which HTTP/1.1 requires.' },
   repeatedHeader: { status: 400, message: 'A header that takes one value was sent more than once; send it once.' },
+  invalidCondition: { status: 400, message: 'A conditional header is not valid: send "*" or ETags in double quotes.' },
+  invalidEventId: { status: 400, message: 'The Last-Event-ID header must be a position: a whole number in plain decimal digits.' },
   bodyLengthMismatch: { status: 400, message: 'The request body is shorter or longer than its Content-Length header says.' },
   badToken: { status: 401, message: 'A valid bearer token is required: send "Authorization: Bearer <token>".', headers: { 'www-authenticate': 'Bearer' } },
   missingScope: { status: 403, message: 'This token lacks the scope this operation needs.' },
@@ -25,6 +27,8 @@ export const failures = {
   fileNotFound: { status: 404, message: 'The API reference has no file of this name; open /docs.' },
   methodNotAllowed: { status: 405, message: 'This method is not allowed here; the Allow header lists the ones that are.' },
   requestTimeout: { status: 408, message: 'The request took too long to arrive; send it again, all at once.' },
+  changesGone: { status: 410, message: 'The change log no longer holds the changes after this position (or never reached it); list the plants again and follow the feed from the Changes-Position of that list.' },
+  preconditionFailed: { status: 412, message: 'The plant is not at a version this request\'s condition accepts; nothing was changed. Read it again for its current ETag.' },
   plantConflict: { status: 409, message: 'Another plant already uses this id; nothing was changed.' },
   bodyTooLarge: { status: 413, message: 'The request body is larger than 64 KiB.' },
   pathTooLong: { status: 414, message: 'A path parameter is longer than 100 characters.' },
@@ -36,6 +40,7 @@ export const failures = {
   rateLimited: { status: 429, message: 'This token sent too many requests; wait for the number of seconds in Retry-After.' },
   internal: { status: 500, message: 'Something went wrong on our side; it has been logged.' },
   unavailable: { status: 503, message: 'The store is unavailable right now; retry after the number of seconds in Retry-After.', headers: { 'retry-after': '1' } },
+  tooManyReaders: { status: 503, message: 'As many change streams and waiting polls are open as the server takes; retry after the number of seconds in Retry-After.', headers: { 'retry-after': '1' } },
   metricsUnavailable: { status: 503, message: 'The workers\' metrics could not be gathered right now; retry after the number of seconds in Retry-After.', headers: { 'retry-after': '1' } }
 } satisfies Record<string, { status: number, message: string, headers?: Record<string, string> }>
 

@@ -2,6 +2,7 @@ import cluster from 'node:cluster'
 import { resolve } from 'node:path'
 import pino from 'pino'
 import { buildApp } from './app.js'
+import { startPruning } from './changes/retention.js'
 import { ConfigError, isPostgresUrl, type Config } from './config.js'
 import { openStore } from './store/open.js'
 import { ALL_SCOPES, type Store } from './store/store.js'
@@ -73,6 +74,8 @@ export async function serve (config: Config): Promise<void> {
   const url = typeof address === 'object' && address !== null
     ? `http://${address.family === 'IPv6' ? `[${address.address}]` : address.address}:${address.port}`
     : `http://${config.host}:${config.port}`
+  // The change log's retention: a job of the process beside the requests, on the same store.
+  const pruning = startPruning({ store, retentionMs: config.changesRetentionMs, log })
   log.info(`Server listening at ${url}`) // Fastify's own words, which scripts may already watch for
   // Only now: a start that cannot listen must not use up the one token shown to a newcomer.
   const token = await bootstrapToken(store)
@@ -101,6 +104,7 @@ export async function serve (config: Config): Promise<void> {
     const giveUp = setTimeout(() => fail(new Error(`did not stop within SHUTDOWN_TIMEOUT (${config.shutdownTimeout} s)`)), deadline)
     await app.close() // stops accepting, closes idle connections, waits for requests in flight
     clearTimeout(cutOff)
+    await pruning.stop()
     await store.close() // commits and syncs what it holds, checkpoints the WAL into the .db
     clearTimeout(giveUp)
     logStream.flushSync()

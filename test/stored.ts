@@ -5,6 +5,7 @@ import { readFileSync } from 'node:fs'
 import pg from 'pg'
 import { queryOnce } from '../scripts/postgres-query.js'
 import { openStore } from '../src/store/open.js'
+import assert from 'node:assert/strict'
 import type { PlantRecord, Store } from '../src/store/store.js'
 import type { TestContext } from 'node:test'
 import { freshDatabase, type StoreKind, type TestDatabase } from './helpers.js'
@@ -26,14 +27,20 @@ export async function openTestStore (t: TestContext, kind: StoreKind): Promise<S
   return store
 }
 
+/** The plant a replace answered, failing the test when it answered that it found none or a condition failed. */
+export function plantOf (replaced: Awaited<ReturnType<Store['replace']>>): PlantRecord {
+  assert.ok(typeof replaced === 'object', `replace answered ${String(replaced)}`)
+  return replaced.plant
+}
+
 /** Every plant stored in `database`, by id. */
 export async function storedPlants (database: Pick<TestDatabase, 'databaseUrl'>): Promise<PlantRecord[]> {
   return await withStore(database, async (store) => {
     const plants: PlantRecord[] = []
     for (;;) {
       const page = await store.list({ limit: 1000, after: plants.at(-1)?.id })
-      plants.push(...page)
-      if (page.length < 1000) return plants
+      plants.push(...page.plants)
+      if (page.plants.length < 1000) return plants
     }
   })
 }

@@ -14,7 +14,7 @@ export interface paths {
         };
         /**
          * List plants
-         * @description Lists plants ordered by id, a page at a time (keyset pagination). While more plants remain, a `Link` header with `rel="next"` points to the next page. A query parameter not listed here, a repeated one or an array answers `400`. Needs `plants:read`.
+         * @description Lists plants ordered by id, a page at a time (keyset pagination). While more plants remain, a `Link` header with `rel="next"` points to the next page. A query parameter not listed here, a repeated one or an array answers `400`. `Changes-Position` is the change log's position the page shows, exactly: every change up to it and none after; follow `GET /plants/changes?after=` it to see each later change once (list-then-watch). Needs `plants:read`.
          */
         get: operations["listPlants"];
         put?: never;
@@ -23,6 +23,26 @@ export interface paths {
          * @description Creates a new plant in the store.
          */
         post: operations["addPlant"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/plants/changes": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Follow the change log
+         * @description Every change of a plant (created, replaced, deleted) in the order changes become visible, each once, at its position. JSON: a page of changes after `after`, and a `Link` `rel="next"` to read on, always (its `after` is the last position read: the last change's, or further when changes were passed over by `tag` or none remain). With `wait`, an answer that would be empty waits up to that many seconds for a change (long poll). With `Accept: text/event-stream`, the same URL is a Server-Sent Events stream that stays open: each change as `id: <position>`, `event: <type>`, `data: <Change as JSON>`; `retry:` is set; a comment line at least every 10 seconds; resumed after the `Last-Event-ID` header (else `after`); a filtered stream also sends `event: bookmark` (`data: {"position": N}`) with a newer `id:` while it passes changes it does not show, so that a resume never starts from a position the log has dropped. Without `after` (and `Last-Event-ID`), the feed starts at the oldest change the log keeps. A position the log no longer holds answers `410`: list again. A stream whose reader stops reading is closed (resume with `Last-Event-ID`), and so is one whose token is revoked or expires (within 5 s). Needs `plants:read`.
+         */
+        get: operations["listChanges"];
+        put?: never;
+        post?: never;
         delete?: never;
         options?: never;
         head?: never;
@@ -41,18 +61,18 @@ export interface paths {
         };
         /**
          * Read a plant
-         * @description Reads one plant. Needs `plants:read`.
+         * @description Reads one plant; `ETag` is its version. With `If-None-Match` naming its version, `304` and no body. Needs `plants:read`.
          */
         get: operations["getPlant"];
         /**
          * Replace a plant
-         * @description Replaces a plant's name and tag; a body without `tag` removes the tag. Needs `plants:write`.
+         * @description Replaces a plant's name and tag; a body without `tag` removes the tag. With `If-Match`, only if the plant is at a version it names (`412` otherwise, nothing changed). `ETag` is the new version. Needs `plants:write`.
          */
         put: operations["replacePlant"];
         post?: never;
         /**
          * Delete a plant
-         * @description Deletes a plant. Needs `plants:write`.
+         * @description Deletes a plant. With `If-Match`, only if the plant is at a version it names (`412` otherwise, nothing changed). Needs `plants:write`.
          */
         delete: operations["deletePlant"];
         options?: never;
@@ -225,6 +245,36 @@ export interface components {
             /** @description Error message text */
             message: string;
         };
+        /**
+         * Format: int64
+         * @description A position in the change log: a whole number, in plain decimal in a query or header. Positions rise in the order changes become visible, across every instance; a reader that has seen position N has seen every change up to N.
+         */
+        ChangePosition: bigint;
+        /** @description One change of a plant, as the change log keeps it. */
+        Change: {
+            /**
+             * Format: int64
+             * @description The change's position in the log; the plant's ETag after it.
+             */
+            position: bigint;
+            /**
+             * @description What happened to the plant.
+             * @enum {string}
+             */
+            type: "plant.created" | "plant.updated" | "plant.deleted";
+            /**
+             * Format: int64
+             * @description The plant's id, exact like everywhere.
+             */
+            id: bigint;
+            /** @description The plant as the change left it; for `plant.deleted`, as it was. */
+            plant: components["schemas"]["PlantRecord"];
+            /**
+             * Format: date-time
+             * @description When the change was made (RFC 3339, UTC, milliseconds).
+             */
+            at: string;
+        };
     };
     responses: {
         /** @description The request is not valid; the message names what: a field or parameter that breaks the schema, a key given twice, JSON nested too deep, text that cannot be stored exactly, an unknown, repeated or non-decimal query parameter, or `Authorization`, `Host` or `Content-Type` sent more than once. */
@@ -292,7 +342,7 @@ export interface components {
                 "application/json": components["schemas"]["Error"];
             };
         };
-        /** @description The store cannot answer right now: it is unreachable, the server is at its cap of requests in flight, or a write waited about 2 s for storage; for `/metrics`, the workers' metrics could not be gathered. Retry after `Retry-After` seconds. */
+        /** @description The store cannot answer right now: it is unreachable, the server is at its cap of requests in flight, or a write waited about 2 s for storage; for the change feed, as many streams and waiting polls are open as the server takes (`CHANGES_MAX_READERS`); for `/metrics`, the workers' metrics could not be gathered. Retry after `Retry-After` seconds. */
         Unavailable: {
             headers: {
                 "Retry-After": components["headers"]["RetryAfter"];
@@ -330,8 +380,39 @@ export interface components {
                 "application/json": components["schemas"]["Error"];
             };
         };
+        /** @description The plant is at a version `If-None-Match` named: no body. */
+        NotModified: {
+            headers: {
+                ETag: components["headers"]["ETag"];
+                [name: string]: unknown;
+            };
+            content?: never;
+        };
+        /** @description The plant is not at a version `If-Match` accepts (or, with `If-Match: *`, does not exist); nothing was changed. */
+        PreconditionFailed: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["Error"];
+            };
+        };
+        /** @description The change log no longer holds the changes after this position (they are older than `CHANGES_RETENTION`, or an import started the log anew), or never reached it (a position from another store): list the plants again and follow from that list's `Changes-Position`. */
+        Gone: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["Error"];
+            };
+        };
     };
-    parameters: never;
+    parameters: {
+        /** @description Only if the plant is at one of these versions: ETags as `GET` answers them (`"42"`, a list separated by commas; weak ones never match), or `*` for any existing plant. Otherwise `412`, and nothing changes. A malformed value answers `400`. */
+        IfMatch: string;
+        /** @description `304` with the ETag and no body if the plant is at one of these versions (weak comparison) or, with `*`, exists. A malformed value answers `400`. */
+        IfNoneMatch: string;
+    };
     requestBodies: never;
     headers: {
         /** @description The scheme to authenticate with: `Bearer` (RFC 6750). */
@@ -340,6 +421,12 @@ export interface components {
         RetryAfter: number;
         /** @description The methods the path takes, for example `GET, HEAD, PUT, DELETE`. */
         Allow: string;
+        /** @description The plant's version, strong: the position of its last change in the change log, for example `"42"`. A plant deleted and created again never repeats one. */
+        ETag: string;
+        /** @description The change log's position this answer shows: exactly the changes up to it. Follow `GET /plants/changes?after=` it to see every later change once (list-then-watch). */
+        ChangesPosition: bigint;
+        /** @description `<...>; rel="next"`: where to read on. */
+        LinkNext: string;
     };
     pathItems: never;
 }
@@ -366,6 +453,7 @@ export interface operations {
                 headers: {
                     /** @description `<...>; rel="next"` while more plants remain. */
                     Link?: string;
+                    "Changes-Position": components["headers"]["ChangesPosition"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -414,10 +502,54 @@ export interface operations {
             };
         };
     };
+    listChanges: {
+        parameters: {
+            query?: {
+                /** @description Only changes after this position, in plain decimal: `Changes-Position` of a list, the `position` (or SSE `id`) last read, or the `after` of a `Link`. */
+                after?: components["schemas"]["ChangePosition"];
+                /** @description How many changes at most (1 to 1000), in plain decimal; JSON only. */
+                limit?: number;
+                /** @description Only changes whose plant carried exactly this tag before or after the change: a replace that removes the tag is shown. */
+                tag?: string;
+                /** @description Seconds (0 to 60, in plain decimal) an answer with no change yet may wait for one; JSON only. */
+                wait?: number;
+            };
+            header?: {
+                /** @description Server-Sent Events: the `id` last received, as an EventSource sends it on reconnecting; the stream resumes after it, and it takes precedence over `after`. */
+                "Last-Event-ID"?: components["schemas"]["ChangePosition"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Changes after the position, in order; or, with `Accept: text/event-stream`, the stream. */
+            200: {
+                headers: {
+                    Link: components["headers"]["LinkNext"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Change"][];
+                    "text/event-stream": string;
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            405: components["responses"]["MethodNotAllowed"];
+            410: components["responses"]["Gone"];
+            429: components["responses"]["TooManyRequests"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
     getPlant: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description `304` with the ETag and no body if the plant is at one of these versions (weak comparison) or, with `*`, exists. A malformed value answers `400`. */
+                "If-None-Match"?: components["parameters"]["IfNoneMatch"];
+            };
             path: {
                 /** @description The plant's id. */
                 id: components["schemas"]["PlantId"];
@@ -429,12 +561,14 @@ export interface operations {
             /** @description The plant. */
             200: {
                 headers: {
+                    ETag: components["headers"]["ETag"];
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["PlantRecord"];
                 };
             };
+            304: components["responses"]["NotModified"];
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
@@ -448,7 +582,10 @@ export interface operations {
     replacePlant: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Only if the plant is at one of these versions: ETags as `GET` answers them (`"42"`, a list separated by commas; weak ones never match), or `*` for any existing plant. Otherwise `412`, and nothing changes. A malformed value answers `400`. */
+                "If-Match"?: components["parameters"]["IfMatch"];
+            };
             path: {
                 /** @description The plant's id. */
                 id: components["schemas"]["PlantId"];
@@ -464,6 +601,7 @@ export interface operations {
             /** @description The plant as now stored. */
             200: {
                 headers: {
+                    ETag: components["headers"]["ETag"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -475,6 +613,7 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             405: components["responses"]["MethodNotAllowed"];
+            412: components["responses"]["PreconditionFailed"];
             413: components["responses"]["TooLarge"];
             414: components["responses"]["PathTooLong"];
             415: components["responses"]["UnsupportedMediaType"];
@@ -485,7 +624,10 @@ export interface operations {
     deletePlant: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Only if the plant is at one of these versions: ETags as `GET` answers them (`"42"`, a list separated by commas; weak ones never match), or `*` for any existing plant. Otherwise `412`, and nothing changes. A malformed value answers `400`. */
+                "If-Match"?: components["parameters"]["IfMatch"];
+            };
             path: {
                 /** @description The plant's id. */
                 id: components["schemas"]["PlantId"];
@@ -506,6 +648,7 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             405: components["responses"]["MethodNotAllowed"];
+            412: components["responses"]["PreconditionFailed"];
             414: components["responses"]["PathTooLong"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["Unavailable"];

@@ -1,5 +1,6 @@
 import { collectDefaultMetrics, Counter, Gauge, Registry } from 'prom-client'
 import type { UnavailableReason } from '../errors.js'
+import type { LogBounds } from '../store/store.js'
 import { HotHistogram } from './histogram.js'
 
 /** Latencies, in seconds: from a quarter of a millisecond (a read in a batch) past the 2 s store deadline. */
@@ -8,7 +9,7 @@ const SECONDS = [0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 
 const WRITES = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
 
 /** The store operations that are timed: every method of Store but close. */
-export const STORE_OPERATIONS = ['create', 'get', 'list', 'replace', 'remove', 'createToken', 'createFirstToken', 'findToken', 'listTokens', 'revokeToken', 'ping'] as const
+export const STORE_OPERATIONS = ['create', 'get', 'list', 'replace', 'remove', 'changes', 'logBounds', 'pruneChanges', 'createToken', 'createFirstToken', 'findToken', 'listTokens', 'revokeToken', 'ping'] as const
 export type StoreOperation = typeof STORE_OPERATIONS[number]
 
 /** How a store call failed: the reasons of StoreUnavailableError, text the store cannot keep (400), or a bug (500). */
@@ -36,7 +37,9 @@ export function createMetrics () {
   const registers = [own]
   const state = {
     requestsInFlight: 0,
-    storeInFlight: Object.fromEntries(STORE_OPERATIONS.map(operation => [operation, 0])) as Record<StoreOperation, number>
+    storeInFlight: Object.fromEntries(STORE_OPERATIONS.map(operation => [operation, 0])) as Record<StoreOperation, number>,
+    /** The change feed's readers, and where the log stands (set once the app has its feed and store). */
+    changes: { open: { streams: 0, polls: 0 }, bounds: undefined as (() => Promise<LogBounds>) | undefined }
   }
 
   const requests = new HotHistogram({
@@ -106,6 +109,34 @@ export function createMetrics () {
       registers,
       collect () {
         for (const operation of STORE_OPERATIONS) this.set({ operation }, state.storeInFlight[operation])
+      }
+    }),
+    changeLog: new Gauge({
+      name: 'plantstore_changes_position',
+      help: 'The change log\'s head (the last position written, by any instance) and the oldest position it keeps (older ones answer 410), read from the store when scraped.',
+      labelNames: ['end'],
+      registers,
+      async collect () {
+        const bounds = await state.changes.bounds?.().catch(() => undefined) // unreadable now: the last values stay
+        if (bounds === undefined) return
+        this.set({ end: 'head' }, Number(bounds.head))
+        this.set({ end: 'oldest' }, Number(bounds.floor + 1n))
+      }
+    }),
+    changesWritten: new Counter({
+      name: 'plantstore_changes_written_total',
+      help: 'Changes this process wrote to the change log, by type.',
+      labelNames: ['type'],
+      registers
+    }),
+    changeReaders: new Gauge({
+      name: 'plantstore_changes_readers',
+      help: 'Readers of the change feed: Server-Sent Events streams open, and long polls waiting; together capped by CHANGES_MAX_READERS.',
+      labelNames: ['kind'],
+      registers,
+      collect () {
+        this.set({ kind: 'stream' }, state.changes.open.streams)
+        this.set({ kind: 'poll' }, state.changes.open.polls)
       }
     })
   }

@@ -1,32 +1,38 @@
 import type { FastifyPluginAsync } from 'fastify'
+import type { Feed } from '../changes/feed.js'
+import { etagOf, versionsOf } from '../conditions.js'
 import { route } from '../contract.js'
 import { ApiError } from '../errors.js'
-import type { Plant, PlantRecord, Store } from '../store/store.js'
+import { meets, type Plant, type PlantRecord, type Store } from '../store/store.js'
+import { linkTo } from './links.js'
 
 /** Name and tag only: unknown fields in a body are neither stored nor echoed. */
 function plantOf (body: Plant): Plant {
   return body.tag === undefined ? { name: body.name } : { name: body.name, tag: body.tag }
 }
 
-/** The plant, or the 404 when there is none. */
-function found<T> (plant: T | undefined): T {
-  if (plant === undefined) throw new ApiError('plantNotFound')
-  return plant
+/** A conditional write's refusal as the client sees it; otherwise the value. */
+function outcome<T> (result: T | 'not-found' | 'precondition-failed'): T {
+  if (result === 'not-found') throw new ApiError('plantNotFound')
+  if (result === 'precondition-failed') throw new ApiError('preconditionFailed')
+  return result
 }
 
-function linkToNext (url: string, after: bigint): string {
-  const next = new URL(url, 'http://placeholder')
-  next.searchParams.set('after', after.toString())
-  return `<${next.pathname}${next.search}>; rel="next"`
-}
-
-export const plants: FastifyPluginAsync<{ store: Store }> = async (app, { store }) => {
+export const plants: FastifyPluginAsync<{ store: Store, feed: Feed }> = async (app, { store, feed }) => {
   app.route<{ Body: PlantRecord }>({
     ...route('addPlant'),
     config: { scope: 'plants:write' },
-    handler: async (request) => {
+    handler: async (request, reply) => {
+      const ifNoneMatch = versionsOf(request.headers['if-none-match'], 'If-None-Match', { weak: true })
       const plant = { id: request.body.id, ...plantOf(request.body) }
-      if (await store.create(plant) === 'conflict') throw new ApiError('plantConflict')
+      const created = await store.create(plant)
+      // A condition on an id that is taken fails before the data is compared: 412, not 409.
+      if (created.outcome !== 'created' && meets(ifNoneMatch, created.version) && ifNoneMatch !== undefined) {
+        throw new ApiError('preconditionFailed', 'A plant with this id exists already, and If-None-Match asked for none; nothing was changed.')
+      }
+      if (created.outcome === 'conflict') throw new ApiError('plantConflict')
+      if (created.outcome === 'created') feed.written(created.version, 'plant.created')
+      reply.header('etag', etagOf(created.version))
       return plant // the response schema is the seed's Plant, which lists no id, so the serializer drops it
     }
   })
@@ -36,10 +42,11 @@ export const plants: FastifyPluginAsync<{ store: Store }> = async (app, { store 
     config: { scope: 'plants:read' },
     handler: async (request, reply) => {
       const { limit, after, tag } = request.query
-      const page = await store.list({ limit: limit + 1, after, tag })
+      const { plants: page, position } = await store.list({ limit: limit + 1, after, tag })
+      reply.header('changes-position', position.toString())
       if (page.length > limit) {
         page.length = limit
-        reply.header('link', linkToNext(request.url, page[limit - 1].id))
+        reply.header('link', linkTo(request.url, 'after', page[limit - 1].id))
       }
       return page
     }
@@ -48,20 +55,34 @@ export const plants: FastifyPluginAsync<{ store: Store }> = async (app, { store 
   app.route<{ Params: { id: bigint } }>({
     ...route('getPlant'),
     config: { scope: 'plants:read' },
-    handler: async (request) => found(await store.get(request.params.id))
+    handler: async (request, reply) => {
+      const ifNoneMatch = versionsOf(request.headers['if-none-match'], 'If-None-Match', { weak: true })
+      const found = await store.get(request.params.id)
+      if (found === undefined) throw new ApiError('plantNotFound')
+      reply.header('etag', etagOf(found.version))
+      if (ifNoneMatch !== undefined && meets(ifNoneMatch, found.version)) return reply.code(304).send()
+      return found.plant
+    }
   })
 
   app.route<{ Params: { id: bigint }, Body: Plant }>({
     ...route('replacePlant'),
     config: { scope: 'plants:write' },
-    handler: async (request) => found(await store.replace(request.params.id, plantOf(request.body)))
+    handler: async (request, reply) => {
+      const ifMatch = versionsOf(request.headers['if-match'], 'If-Match', { weak: false })
+      const { plant, version } = outcome(await store.replace(request.params.id, plantOf(request.body), ifMatch))
+      feed.written(version, 'plant.updated')
+      reply.header('etag', etagOf(version))
+      return plant
+    }
   })
 
   app.route<{ Params: { id: bigint } }>({
     ...route('deletePlant'),
     config: { scope: 'plants:write' },
     handler: async (request, reply) => {
-      if (!await store.remove(request.params.id)) throw new ApiError('plantNotFound')
+      const ifMatch = versionsOf(request.headers['if-match'], 'If-Match', { weak: false })
+      feed.written(outcome(await store.remove(request.params.id, ifMatch)).position, 'plant.deleted')
       return reply.code(204).send()
     }
   })

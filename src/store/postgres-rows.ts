@@ -23,10 +23,24 @@ export function unstorable (plant: Plant): UnstorableTextError | undefined {
   return new UnstorableTextError('The name or tag holds the character U+0000, which this store cannot keep; remove it.')
 }
 
+/** A row of a page: a plant (all null on a page with none) and the change log's head, read in the same statement. */
+export interface ListRow { id: bigint | null, name: string | null, tag: string | null, position: bigint }
+
+/** A page query that also answers the log's head from the same snapshot: one row of nulls and the head when no plant matches. */
+const withHead = (page: string): string => `SELECT p.id, p.name, p.tag, change_log.head AS position FROM change_log LEFT JOIN LATERAL (${page}) p ON true ORDER BY p.id`
+
 /** The page queries: keyset pagination on the primary key or the (tag, id) index, never OFFSET. Ids travel as text, exact. */
-export const LIST_SQL = {
+export const PAGE_SQL = {
   first: 'SELECT id, name, tag FROM plants ORDER BY id LIMIT $1',
   after: 'SELECT id, name, tag FROM plants WHERE id > $1::int8 ORDER BY id LIMIT $2',
   tagFirst: 'SELECT id, name, tag FROM plants WHERE tag = $1 ORDER BY id LIMIT $2',
   tagAfter: 'SELECT id, name, tag FROM plants WHERE tag = $1 AND id > $2::int8 ORDER BY id LIMIT $3'
+}
+
+/** The API's pages: PAGE_SQL with the log's head. */
+export const LIST_SQL = {
+  first: withHead(PAGE_SQL.first),
+  after: withHead(PAGE_SQL.after),
+  tagFirst: withHead(PAGE_SQL.tagFirst),
+  tagAfter: withHead(PAGE_SQL.tagAfter)
 }

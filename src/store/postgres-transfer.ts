@@ -2,14 +2,14 @@ import type pg from 'pg'
 import { StoreUnavailableError } from '../errors.js'
 import { describe } from './describe.js'
 import { isUnavailable, sqlstateOf } from './postgres-errors.js'
-import { LIST_SQL, rowToPlant, unstorable, type PlantRow } from './postgres-rows.js'
+import { PAGE_SQL, rowToPlant, unstorable, type PlantRow } from './postgres-rows.js'
 import { EXPORT_PAGE, keysetPages, type ImportOutcome, type PlantRecord } from './store.js'
 
 /** How long an import waits for writers already under way to finish before it takes the table. */
 const LOCK_TIMEOUT = '5s'
 
 /** Every batch is one INSERT of three arrays, whatever its size: one plan, no parameter limit. */
-const INSERT_SQL = 'INSERT INTO plants (id, name, tag) SELECT * FROM unnest($1::int8[], $2::text[], $3::text[]) ON CONFLICT (id) DO NOTHING'
+const INSERT_SQL = 'INSERT INTO plants (id, name, tag, version) SELECT *, $4::int8 FROM unnest($1::int8[], $2::text[], $3::text[]) ON CONFLICT (id) DO NOTHING'
 
 /** The database's failures as the store's: out of reach (or the table held too long) is StoreUnavailableError; the rest, the source's own errors included, pass on. */
 function failureOf (error: unknown): unknown {
@@ -27,8 +27,8 @@ export async function * exportPostgres (connect: () => Promise<pg.Client>): Asyn
     const reader = client = await connect()
     await reader.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY')
     yield * keysetPages(async after => (after === undefined
-      ? await reader.query<PlantRow>(LIST_SQL.first, [EXPORT_PAGE])
-      : await reader.query<PlantRow>(LIST_SQL.after, [after.toString(), EXPORT_PAGE])).rows.map(rowToPlant))
+      ? await reader.query<PlantRow>(PAGE_SQL.first, [EXPORT_PAGE])
+      : await reader.query<PlantRow>(PAGE_SQL.after, [after.toString(), EXPORT_PAGE])).rows.map(rowToPlant))
     await reader.query('COMMIT')
   } catch (error) {
     throw failureOf(error)
@@ -59,7 +59,12 @@ export async function importPostgres (connect: () => Promise<pg.Client>, source:
     client = await connect()
     await client.query('BEGIN')
     await client.query(`SET LOCAL lock_timeout = '${LOCK_TIMEOUT}'`)
+    // The change log's head first, as every plant write takes it (postgres-changes.ts), then the
+    // table: writers queue on the head, never holding one lock while waiting for the other.
+    // The log starts anew above its head; every imported plant's version is the new head.
+    const { rows: [{ head }] } = await client.query<{ head: bigint }>('UPDATE change_log SET head = head + 1 RETURNING head')
     await client.query('LOCK TABLE plants IN EXCLUSIVE MODE')
+    await client.query('DELETE FROM changes')
     if (replace) await client.query('DELETE FROM plants')
     else if ((await client.query('SELECT 1 FROM plants LIMIT 1')).rows.length > 0) return await rollback(client, { outcome: 'not-empty' })
     let at = 0
@@ -68,7 +73,7 @@ export async function importPostgres (connect: () => Promise<pg.Client>, source:
       const refused = batch.findIndex(plant => unstorable(plant) !== undefined)
       if (refused !== -1) return await rollback(client, { outcome: 'unstorable', at: at + refused, reason: unstorable(batch[refused])!.message })
       const { rowCount } = await client.query(INSERT_SQL, [
-        batch.map(plant => plant.id.toString()), batch.map(plant => plant.name), batch.map(plant => plant.tag ?? null)])
+        batch.map(plant => plant.id.toString()), batch.map(plant => plant.name), batch.map(plant => plant.tag ?? null), head])
       plants += rowCount ?? 0
       if ((rowCount ?? 0) < batch.length) {
         const conflict = await firstConflict(client, batch)

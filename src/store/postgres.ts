@@ -2,10 +2,11 @@ import pg from 'pg'
 import { StoreUnavailableError } from '../errors.js'
 import { describe } from './describe.js'
 import { isUnavailable, isUniqueViolation } from './postgres-errors.js'
-import { LIST_SQL, rowToPlant, TYPES, unstorable, type PlantRow } from './postgres-rows.js'
+import { changesPage, createPlant, logBounds, pruneChanges, removePlant, replacePlant } from './postgres-changes.js'
+import { LIST_SQL, rowToPlant, TYPES, unstorable, type ListRow, type PlantRow } from './postgres-rows.js'
 import { LOCKS, migrate } from './postgres-schema.js'
 import { exportPostgres, importPostgres } from './postgres-transfer.js'
-import type { ImportOutcome, NewToken, Plant, PlantRecord, RateWindows, Scope, SharedCount, Store, TokenRecord } from './store.js'
+import type { ChangesPage, Created, ImportOutcome, LogBounds, NewToken, Plant, PlantRecord, RateWindows, Scope, SharedCount, Store, TokenRecord, Versions, VersionedPlant } from './store.js'
 
 /** How much the store takes on at once; past it, it refuses at once (503) rather than queue without end. */
 export interface PostgresLimits {
@@ -87,6 +88,9 @@ function poolConfig (url: string, limits: PostgresLimits): pg.PoolConfig {
     // whatever is still under way. A connection that stops answering (a network that drops
     // everything, with no reset) is only noticed by query_timeout, which drops it from the pool.
     statement_timeout: limits.writeTimeoutMs,
+    // A session that stops mid-transaction (its client gone silent) must not hold the change
+    // log's head, which every plant write waits for, until TCP notices: PostgreSQL ends it.
+    idle_in_transaction_session_timeout: limits.writeTimeoutMs,
     query_timeout: limits.writeTimeoutMs + 1000,
     idleTimeoutMillis: 30_000
   }
@@ -180,10 +184,10 @@ export class PostgresStore implements Store {
   }
 
   /**
-   * Runs `work` in one transaction on one connection. A connection that failed is dropped from
-   * the pool rather than handed to the next caller; dropping it rolls the transaction back.
+   * Runs `work` on one connection of the pool. A connection that failed is dropped from the pool
+   * rather than handed to the next caller; dropping it rolls back a transaction left open.
    */
-  private async transaction<T> (work: (client: pg.PoolClient) => Promise<T>): Promise<T> {
+  private async withClient<T> (work: (client: pg.PoolClient) => Promise<T>): Promise<T> {
     const client = await this.pool.connect()
     let broken: Error | undefined
     // A checked-out client has no 'error' listener of the pool's: a connection lost now would
@@ -191,10 +195,7 @@ export class PostgresStore implements Store {
     const lost = (error: Error): void => { broken = error }
     client.on('error', lost)
     try {
-      await client.query('BEGIN')
-      const result = await work(client)
-      await client.query('COMMIT')
-      return result
+      return await work(client)
     } catch (error) {
       // After any failure that answers 503 (a lost or silent connection, a timeout, a serialization
       // failure) the connection is dropped, which rolls back, rather than sent a ROLLBACK: on one that
@@ -208,55 +209,61 @@ export class PostgresStore implements Store {
     }
   }
 
-  create (plant: PlantRecord): Promise<'created' | 'same' | 'conflict'> {
-    const tag = plant.tag ?? null
+  /** Runs `work` in one transaction on one connection (see withClient). */
+  private async transaction<T> (work: (client: pg.PoolClient) => Promise<T>): Promise<T> {
+    return await this.withClient(async (client) => {
+      await client.query('BEGIN')
+      const result = await work(client)
+      await client.query('COMMIT')
+      return result
+    })
+  }
+
+  create (plant: PlantRecord): Promise<Created> {
     const refused = unstorable(plant)
     if (refused !== undefined) return Promise.reject(refused)
-    return this.run('writes', async () => {
-      // The row may be removed between the insert that found it and the read: then insert again.
-      for (let attempt = 0; attempt < 3; attempt++) {
-        try {
-          const inserted = await this.query('INSERT INTO plants (id, name, tag) VALUES ($1::int8, $2, $3) ON CONFLICT (id) DO NOTHING', [plant.id.toString(), plant.name, tag])
-          if (inserted.rowCount === 1) return 'created'
-        } catch (error) {
-          if (isUniqueViolation(error)) return 'conflict'
-          throw error
-        }
-        const stored = await this.query<PlantRow>('SELECT id, name, tag FROM plants WHERE id = $1::int8', [plant.id.toString()])
-        if (stored.rows.length === 1) return stored.rows[0].name === plant.name && stored.rows[0].tag === tag ? 'same' : 'conflict'
-      }
-      return 'conflict'
-    })
+    return this.run('writes', () => this.withClient(client => createPlant(client, plant)))
   }
 
-  get (id: bigint): Promise<PlantRecord | undefined> {
+  get (id: bigint): Promise<VersionedPlant | undefined> {
     return this.run('reads', async () => {
-      const { rows } = await this.query<PlantRow>('SELECT id, name, tag FROM plants WHERE id = $1::int8', [id.toString()])
-      return rows.length === 0 ? undefined : rowToPlant(rows[0])
+      const { rows } = await this.query<PlantRow & { version: bigint }>('SELECT id, name, tag, version FROM plants WHERE id = $1::int8', [id.toString()])
+      return rows.length === 0 ? undefined : { plant: rowToPlant(rows[0]), version: rows[0].version }
     })
   }
 
-  list ({ limit, after, tag }: { limit: number, after?: bigint, tag?: string }): Promise<PlantRecord[]> {
+  list ({ limit, after, tag }: { limit: number, after?: bigint, tag?: string }): Promise<{ plants: PlantRecord[], position: bigint }> {
     return this.run('reads', async () => {
-      if (tag?.includes('\u0000') === true) return [] // no stored tag holds it, and PostgreSQL refuses it as a parameter
-      const { rows } = tag === undefined
-        ? (after === undefined ? await this.query<PlantRow>(LIST_SQL.first, [limit]) : await this.query<PlantRow>(LIST_SQL.after, [after.toString(), limit]))
-        : (after === undefined ? await this.query<PlantRow>(LIST_SQL.tagFirst, [tag, limit]) : await this.query<PlantRow>(LIST_SQL.tagAfter, [tag, after.toString(), limit]))
-      return rows.map(rowToPlant)
+      // No stored tag holds U+0000, which PostgreSQL refuses as a parameter: no row is asked for.
+      const rows = tag?.includes('\u0000') === true
+        ? (await this.query<ListRow>(LIST_SQL.first, [0])).rows
+        : tag === undefined
+          ? (after === undefined ? await this.query<ListRow>(LIST_SQL.first, [limit]) : await this.query<ListRow>(LIST_SQL.after, [after.toString(), limit])).rows
+          : (after === undefined ? await this.query<ListRow>(LIST_SQL.tagFirst, [tag, limit]) : await this.query<ListRow>(LIST_SQL.tagAfter, [tag, after.toString(), limit])).rows
+      return { plants: rows.filter(row => row.id !== null).map(row => rowToPlant(row as PlantRow)), position: rows[0].position }
     })
   }
 
-  replace (id: bigint, plant: Plant): Promise<PlantRecord | undefined> {
+  replace (id: bigint, plant: Plant, ifMatch?: Versions): Promise<VersionedPlant | 'not-found' | 'precondition-failed'> {
     const refused = unstorable(plant)
     if (refused !== undefined) return Promise.reject(refused)
-    return this.run('writes', async () => {
-      const { rows } = await this.query<PlantRow>('UPDATE plants SET name = $1, tag = $2 WHERE id = $3::int8 RETURNING id, name, tag', [plant.name, plant.tag ?? null, id.toString()])
-      return rows.length === 0 ? undefined : rowToPlant(rows[0])
-    })
+    return this.run('writes', () => this.withClient(client => replacePlant(client, id, plant, ifMatch)))
   }
 
-  remove (id: bigint): Promise<boolean> {
-    return this.run('writes', async () => (await this.query('DELETE FROM plants WHERE id = $1::int8', [id.toString()])).rowCount === 1)
+  remove (id: bigint, ifMatch?: Versions): Promise<{ position: bigint } | 'not-found' | 'precondition-failed'> {
+    return this.run('writes', () => this.withClient(client => removePlant(client, id, ifMatch)))
+  }
+
+  changes (query: { after?: bigint, limit: number, tag?: string }): Promise<ChangesPage> {
+    return this.run('reads', () => changesPage(this.pool, query))
+  }
+
+  logBounds (): Promise<LogBounds> {
+    return this.run('reads', () => logBounds(this.pool))
+  }
+
+  pruneChanges (before: Date, batch: number): Promise<number> {
+    return this.run('writes', () => pruneChanges(this.pool, before, batch))
   }
 
   createToken (token: NewToken): Promise<TokenRecord | 'name-taken'> {

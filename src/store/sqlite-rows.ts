@@ -1,4 +1,4 @@
-import type { PlantRecord, Scope, TokenRecord } from './store.js'
+import type { Change, ChangeType, PlantRecord, Scope, TokenRecord } from './store.js'
 
 /**
  * A plant as SQLite hands it over: plant statements run in raw mode (`.raw()`), which gives
@@ -11,8 +11,8 @@ export type PlantRow = [id: bigint, name: string, tag: string | null]
 /** What every plant query selects, in PlantRow's order. */
 export const PLANT_COLUMNS = 'id, name, tag'
 
-/** One plant by id; the reader and the writer both ask it. */
-export const PLANT_BY_ID_SQL = `SELECT ${PLANT_COLUMNS} FROM plants WHERE id = ?`
+/** One plant by id, and its version (PlantRow's columns, then the version); the reader and the writer both ask it. */
+export const VERSIONED_PLANT_SQL = `SELECT ${PLANT_COLUMNS}, version FROM plants WHERE id = ?`
 
 /** The page queries: keyset pagination on the id (the rowid) or the (tag, id) index, never OFFSET. */
 export const LIST_SQL = {
@@ -37,4 +37,17 @@ export function rowToToken (row: TokenRow): TokenRecord {
     ...(row.expires_at === null ? {} : { expiresAt: new Date(row.expires_at) }),
     ...(row.revoked_at === null ? {} : { revokedAt: new Date(row.revoked_at) })
   }
+}
+
+/** The change log's head and floor (positions at or below it are gone). */
+export const BOUNDS_SQL = 'SELECT head, coalesce((SELECT min(position) - 1 FROM changes), head) AS floor FROM change_log'
+
+/** Changes after $after up to $end, with the tag $tag before or after (any when null), at most $limit. Rows in ChangeRow's order. */
+export const CHANGES_SQL = `SELECT position, type, plant_id, name, tag, at FROM changes
+  WHERE position > $after AND position <= $end AND ($tag IS NULL OR tag = $tag OR tag_before = $tag) ORDER BY position LIMIT $limit`
+
+export type ChangeRow = [position: bigint, type: ChangeType, id: bigint, name: string, tag: string | null, at: bigint]
+
+export function rowToChange ([position, type, id, name, tag, at]: ChangeRow): Change {
+  return { position, type, plant: rowToPlant([id, name, tag]), at: new Date(Number(at)) }
 }

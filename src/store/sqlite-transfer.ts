@@ -57,11 +57,14 @@ export async function importSqlite (path: string, source: AsyncIterable<PlantRec
     db.exec('BEGIN IMMEDIATE')
     if (replace) db.exec('DELETE FROM plants')
     else if (db.prepare('SELECT 1 FROM plants LIMIT 1').get() !== undefined) return { outcome: 'not-empty' }
+    // The change log starts anew above its head; every imported plant's version is the new head.
+    const version = db.prepare('UPDATE change_log SET head = head + 1 RETURNING head').pluck().get() as bigint
+    db.exec('DELETE FROM changes')
     let at = 0
     let plants = 0
     for await (const batch of source) {
       for (const plant of batch) {
-        const outcome = create(plant.id, plant.name, plant.tag ?? null)
+        const { outcome } = create(plant.id, plant.name, plant.tag ?? null, version)
         if (outcome === 'conflict') return { outcome, at }
         if (outcome === 'created') plants++
         at++

@@ -5,8 +5,8 @@
 import Database from 'better-sqlite3'
 import { describe } from './describe.js'
 import { configure } from './sqlite-schema.js'
-import { PLANT_BY_ID_SQL, PLANT_COLUMNS, rowToPlant, rowToToken, type PlantRow, type TokenRow } from './sqlite-rows.js'
-import type { NewToken } from './store.js'
+import { VERSIONED_PLANT_SQL, rowToPlant, rowToToken, type PlantRow, type TokenRow } from './sqlite-rows.js'
+import { meets, type ChangeType, type Created, type NewToken, type Versions, type VersionedPlant } from './store.js'
 
 /** A write's name: one of the operations below. */
 export type Operation = keyof ReturnType<typeof operationsOf>
@@ -14,24 +14,75 @@ export type Operation = keyof ReturnType<typeof operationsOf>
 export type WriteResult = [done: true, value: unknown] | [done: false, error: unknown]
 
 /**
- * Stores a plant on `db`, unless its id is taken: then tells whether the stored plant is the same.
- * The store's create and the import's, so that both judge sameness alike.
+ * Stores a plant on `db` at `version`, unless its id is taken: then tells whether the stored plant
+ * is the same, and its version. The store's create and the import's, so that both judge sameness alike.
  */
-export function plantCreator (db: Database.Database): (id: bigint, name: string, tag: string | null) => 'created' | 'same' | 'conflict' {
-  const insert = db.prepare('INSERT INTO plants (id, name, tag) VALUES (?, ?, ?) ON CONFLICT (id) DO NOTHING')
-  const stored = db.prepare(PLANT_BY_ID_SQL).raw()
-  return (id, name, tag) => {
-    if (insert.run(id, name, tag).changes === 1) return 'created'
-    const [, storedName, storedTag] = stored.get(id) as PlantRow
-    return storedName === name && storedTag === tag ? 'same' : 'conflict'
+export function plantCreator (db: Database.Database): (id: bigint, name: string, tag: string | null, version: bigint) => Created {
+  const insert = db.prepare('INSERT INTO plants (id, name, tag, version) VALUES (?, ?, ?, ?) ON CONFLICT (id) DO NOTHING')
+  const stored = db.prepare(VERSIONED_PLANT_SQL).raw()
+  return (id, name, tag, version) => {
+    if (insert.run(id, name, tag, version).changes === 1) return { outcome: 'created', version }
+    const [, storedName, storedTag, storedVersion] = stored.get(id) as [...PlantRow, bigint]
+    return { outcome: storedName === name && storedTag === tag ? 'same' : 'conflict', version: storedVersion }
+  }
+}
+
+/**
+ * The plant writes of the write connection, each with its entry in the change log: the next
+ * position (the head's successor: this connection is the only writer while its transaction
+ * runs) becomes the plant's version. Each write is a savepoint of the turn's transaction, so a
+ * write that fails halfway leaves neither its plant nor its change.
+ */
+function plantWrites (db: Database.Database) {
+  const sql = {
+    head: db.prepare('SELECT head FROM change_log').pluck(),
+    advance: db.prepare('UPDATE change_log SET head = ?'),
+    stored: db.prepare('SELECT name, tag, version FROM plants WHERE id = ?').raw(),
+    update: db.prepare('UPDATE plants SET name = ?, tag = ?, version = ? WHERE id = ?'),
+    remove: db.prepare('DELETE FROM plants WHERE id = ?'),
+    log: db.prepare('INSERT INTO changes (position, type, plant_id, name, tag, tag_before, at) VALUES (?, ?, ?, ?, ?, ?, ?)')
+  }
+  const create = plantCreator(db)
+  const next = (): bigint => (sql.head.get() as bigint) + 1n
+  const log = (position: bigint, type: ChangeType, id: bigint, name: string, tag: string | null, tagBefore: string | null): void => {
+    sql.advance.run(position)
+    sql.log.run(position, type, id, name, tag, tagBefore, Date.now())
+  }
+  type Stored = [name: string, tag: string | null, version: bigint]
+  /** Why a write on a plant that is missing or at another version did nothing. */
+  const refusal = (stored: Stored | undefined, ifMatch: Versions | undefined): 'not-found' | 'precondition-failed' =>
+    stored === undefined && ifMatch === undefined ? 'not-found' : 'precondition-failed'
+  return {
+    create: db.transaction((id: bigint, name: string, tag: string | null) => {
+      const created = create(id, name, tag, next())
+      if (created.outcome === 'created') log(created.version, 'plant.created', id, name, tag, null)
+      return created
+    }),
+    replace: db.transaction((id: bigint, name: string, tag: string | null, ifMatch?: Versions): VersionedPlant | 'not-found' | 'precondition-failed' => {
+      const stored = sql.stored.get(id) as Stored | undefined
+      if (stored === undefined || !meets(ifMatch, stored[2])) return refusal(stored, ifMatch)
+      const version = next()
+      sql.update.run(name, tag, version, id)
+      log(version, 'plant.updated', id, name, tag, stored[1])
+      return { plant: rowToPlant([id, name, tag]), version }
+    }),
+    remove: db.transaction((id: bigint, ifMatch?: Versions): { position: bigint } | 'not-found' | 'precondition-failed' => {
+      const stored = sql.stored.get(id) as Stored | undefined
+      if (stored === undefined || !meets(ifMatch, stored[2])) return refusal(stored, ifMatch)
+      sql.remove.run(id)
+      const position = next()
+      log(position, 'plant.deleted', id, stored[0], stored[1], stored[1])
+      return { position }
+    })
   }
 }
 
 function prepare (db: Database.Database) {
   return {
-    createPlant: plantCreator(db),
-    replacePlant: db.prepare(`UPDATE plants SET name = ?, tag = ? WHERE id = ? RETURNING ${PLANT_COLUMNS}`).raw(),
-    removePlant: db.prepare('DELETE FROM plants WHERE id = ?'),
+    plants: plantWrites(db),
+    // The leading run of the oldest `batch` changes made before `before`: only a prefix of the log is ever dropped.
+    prune: db.prepare(`WITH oldest AS (SELECT position, at FROM changes ORDER BY position LIMIT ?)
+      DELETE FROM changes WHERE position IN (SELECT position FROM oldest WHERE position < coalesce((SELECT min(position) FROM oldest WHERE at >= ?), 9223372036854775807))`),
     insertToken: db.prepare('INSERT INTO tokens (name, digest, scopes, created_at, expires_at) VALUES (?, ?, ?, ?, ?) RETURNING *').safeIntegers(false),
     insertFirstToken: db.prepare('INSERT INTO tokens (name, digest, scopes, created_at, expires_at) SELECT ?, ?, ?, ?, ? WHERE NOT EXISTS (SELECT 1 FROM tokens) RETURNING *').safeIntegers(false),
     activeTokenByName: db.prepare('SELECT 1 FROM tokens WHERE name = ? AND revoked_at IS NULL'),
@@ -50,12 +101,10 @@ function tokenParams (token: NewToken): unknown[] {
 function operationsOf (sql: ReturnType<typeof prepare>) {
   return {
     ping: () => true,
-    create: sql.createPlant,
-    replace: (id: bigint, name: string, tag: string | null) => {
-      const row = sql.replacePlant.get(name, tag, id) as PlantRow | undefined
-      return row === undefined ? undefined : rowToPlant(row)
-    },
-    remove: (id: bigint) => sql.removePlant.run(id).changes === 1,
+    create: sql.plants.create,
+    replace: sql.plants.replace,
+    remove: sql.plants.remove,
+    pruneChanges: (before: number, batch: number) => sql.prune.run(batch, before).changes,
     createToken: (token: NewToken) => {
       sql.retireExpiredName.run(token.name, Date.now())
       if (sql.activeTokenByName.get(token.name) !== undefined) return 'name-taken'
@@ -98,8 +147,9 @@ export function openWriter (path: string): Writer {
     // when to checkpoint; the truncation keeps its inode (docs/durability.md).
     db.pragma(`journal_size_limit = ${WAL_LIMIT_BYTES}`)
     const operations = operationsOf(prepare(db))
-    // No savepoint per write: each operation changes rows with one statement at most, and
-    // SQLite undoes a failed statement by itself, so a failing write leaves the others intact.
+    // A failing write leaves the others intact: a plant write runs in a savepoint of its own
+    // (plantWrites), and every other operation changes rows with one statement at most, which
+    // SQLite undoes by itself when it fails.
     // Some errors (a full disk, an I/O error) make SQLite roll back the whole transaction: then
     // the transaction stops there and throws, and no write of it is stored.
     const run = db.transaction((writes: Array<{ op: Operation, args: unknown[] }>): WriteResult[] => writes.map(({ op, args }) => {

@@ -8,10 +8,10 @@ import { describe } from './describe.js'
 import { isBusy, isUnavailable } from './sqlite-errors.js'
 import { makePrivate } from './sqlite-files.js'
 import { checkpoint, configure, migrate } from './sqlite-schema.js'
-import { LIST_SQL, PLANT_BY_ID_SQL, rowToPlant, rowToToken, type PlantRow, type TokenRow } from './sqlite-rows.js'
+import { BOUNDS_SQL, CHANGES_SQL, LIST_SQL, VERSIONED_PLANT_SQL, rowToChange, rowToPlant, rowToToken, type ChangeRow, type PlantRow, type TokenRow } from './sqlite-rows.js'
 import { exportSqlite, importSqlite } from './sqlite-transfer.js'
 import { openWriter, WAL_CHECKPOINT_BYTES, type Operation, type WriteResult, type Writer } from './sqlite-writes.js'
-import type { ImportOutcome, NewToken, Plant, PlantRecord, Store, TokenRecord } from './store.js'
+import { pageOf, readFrom, scanEnd, type ChangesPage, type Created, type ImportOutcome, type LogBounds, type NewToken, type Plant, type PlantRecord, type Store, type TokenRecord, type Versions, type VersionedPlant } from './store.js'
 
 const CHECKPOINTER = new URL(`./sqlite-checkpointer${extname(import.meta.url)}`, import.meta.url)
 
@@ -151,7 +151,10 @@ export class SqliteStore implements Store {
     configure(this.db, { busyTimeoutMs: 0 })
     this.sweeper = setInterval(() => this.expireAnswers(), SWEEP_MS).unref()
     this.sql = {
-      getPlant: this.db.prepare(PLANT_BY_ID_SQL).raw(),
+      getPlant: this.db.prepare(VERSIONED_PLANT_SQL).raw(),
+      head: this.db.prepare('SELECT head FROM change_log').pluck(),
+      bounds: this.db.prepare(BOUNDS_SQL),
+      changes: this.db.prepare(CHANGES_SQL).raw(),
       listFirst: this.db.prepare(LIST_SQL.first).raw(),
       listAfter: this.db.prepare(LIST_SQL.after).raw(),
       listTagFirst: this.db.prepare(LIST_SQL.tagFirst).raw(),
@@ -400,32 +403,51 @@ export class SqliteStore implements Store {
     }
   }
 
-  create (plant: PlantRecord): Promise<'created' | 'same' | 'conflict'> {
+  create (plant: PlantRecord): Promise<Created> {
     return this.write('create', plant.id, plant.name, plant.tag ?? null)
   }
 
-  get (id: bigint): Promise<PlantRecord | undefined> {
+  get (id: bigint): Promise<VersionedPlant | undefined> {
     return this.read(() => {
-      const row = this.sql.getPlant.get(id) as PlantRow | undefined
-      return row === undefined ? undefined : rowToPlant(row)
+      const row = this.sql.getPlant.get(id) as [...PlantRow, bigint] | undefined
+      return row === undefined ? undefined : { plant: rowToPlant([row[0], row[1], row[2]]), version: row[3] }
     })
   }
 
-  list ({ limit, after, tag }: { limit: number, after?: bigint, tag?: string }): Promise<PlantRecord[]> {
+  list ({ limit, after, tag }: { limit: number, after?: bigint, tag?: string }): Promise<{ plants: PlantRecord[], position: bigint }> {
     return this.read(() => {
       const rows = tag === undefined
         ? (after === undefined ? this.sql.listFirst.all(limit) : this.sql.listAfter.all(after, limit))
         : (after === undefined ? this.sql.listTagFirst.all(tag, limit) : this.sql.listTagAfter.all(tag, after, limit))
-      return (rows as PlantRow[]).map(rowToPlant)
+      // The head from the same read transaction: the page shows exactly the changes up to it.
+      return { plants: (rows as PlantRow[]).map(rowToPlant), position: this.sql.head.get() as bigint }
     })
   }
 
-  replace (id: bigint, plant: Plant): Promise<PlantRecord | undefined> {
-    return this.write('replace', id, plant.name, plant.tag ?? null)
+  replace (id: bigint, plant: Plant, ifMatch?: Versions): Promise<VersionedPlant | 'not-found' | 'precondition-failed'> {
+    return this.write('replace', id, plant.name, plant.tag ?? null, ifMatch)
   }
 
-  remove (id: bigint): Promise<boolean> {
-    return this.write('remove', id)
+  remove (id: bigint, ifMatch?: Versions): Promise<{ position: bigint } | 'not-found' | 'precondition-failed'> {
+    return this.write('remove', id, ifMatch)
+  }
+
+  changes ({ after, limit, tag }: { after?: bigint, limit: number, tag?: string }): Promise<ChangesPage> {
+    return this.read(() => {
+      const bounds = this.sql.bounds.get() as LogBounds
+      const from = readFrom(after, bounds)
+      if (from === 'gone') return from
+      const end = scanEnd(from, bounds.head)
+      return pageOf((this.sql.changes.all({ after: from, end, tag: tag ?? null, limit }) as ChangeRow[]).map(rowToChange), limit, end)
+    })
+  }
+
+  logBounds (): Promise<LogBounds> {
+    return this.read(() => this.sql.bounds.get() as LogBounds)
+  }
+
+  pruneChanges (before: Date, batch: number): Promise<number> {
+    return this.write('pruneChanges', before.getTime(), batch)
   }
 
   exportPlants (): AsyncIterable<PlantRecord[]> {

@@ -4,6 +4,65 @@ export interface Plant { name: string, tag?: string }
 /** A stored plant: NewPlant's shape. Ids are bigint end to end, so every int64 stays exact. */
 export interface PlantRecord { id: bigint, name: string, tag?: string }
 
+/** A plant and its version: the position of its last change in the change log, which is its ETag. */
+export interface VersionedPlant { plant: PlantRecord, version: bigint }
+
+/** The versions a conditional write accepts (If-Match): any existing plant ('*'), or one of these. */
+export type Versions = '*' | bigint[]
+
+/** True when a plant at `version` (undefined: none) meets `condition` (undefined: no condition). */
+export function meets (condition: Versions | undefined, version: bigint | undefined): boolean {
+  if (condition === undefined) return true
+  if (version === undefined) return false
+  return condition === '*' || condition.includes(version)
+}
+
+/**
+ * What a create did: stored the plant, found it stored already with identical data, or found
+ * other data in the way. `version` is the stored plant's (none when what conflicts is not a plant under this id).
+ */
+export type Created = { outcome: 'created' | 'same', version: bigint } | { outcome: 'conflict', version?: bigint }
+
+export const CHANGE_TYPES = ['plant.created', 'plant.updated', 'plant.deleted'] as const
+export type ChangeType = typeof CHANGE_TYPES[number]
+
+/** One entry of the change log: the plant as the change left it (for a delete, as it was). */
+export interface Change { position: bigint, type: ChangeType, plant: PlantRecord, at: Date }
+
+/**
+ * A page of the change log after a position: the changes, and `next`, the position read up to
+ * (the last change's, or further when changes were passed over by a filter or none remain):
+ * the next page starts after it. 'gone' when changes after the position were dropped (retention,
+ * an import) or the position was never reached: the reader lists again.
+ */
+export type ChangesPage = { changes: Change[], next: bigint } | 'gone'
+
+/** Where the change log stands: the last position written, and the last one dropped (older ones are gone). */
+export interface LogBounds { head: bigint, floor: bigint }
+
+/** Changes a filtered read of the log passes over at most, per page: it answers with a bookmark past them. */
+export const CHANGES_SCAN = 10_000
+
+/** Where a read of the log after `from` starts, or 'gone' if the log no longer holds (or never held) what follows it. */
+export function readFrom (after: bigint | undefined, { head, floor }: LogBounds): bigint | 'gone' {
+  const from = after ?? floor
+  return from < floor || from > head ? 'gone' : from
+}
+
+/** The last position a read of the log after `from` looks at: CHANGES_SCAN on, or the head. */
+export function scanEnd (from: bigint, head: bigint): bigint {
+  const end = from + BigInt(CHANGES_SCAN)
+  return end < head ? end : head
+}
+
+/**
+ * The page of `changes` read after a position up to `end` (scanEnd), at most `limit`: a full page
+ * goes on after its last change; any other read everything up to `end`.
+ */
+export function pageOf (changes: Change[], limit: number, end: bigint): ChangesPage {
+  return { changes, next: changes.length === limit ? changes[limit - 1].position : end }
+}
+
 export type Scope = 'plants:read' | 'plants:write' | 'admin'
 export const ALL_SCOPES: Scope[] = ['plants:read', 'plants:write', 'admin']
 export const DEFAULT_SCOPES: Scope[] = ['plants:read', 'plants:write']
@@ -75,14 +134,35 @@ export type ImportOutcome =
  * is a return value; only broken storage throws (StoreUnavailableError).
  */
 export interface Store {
-  /** Inserts the plant; 'same' if identical data is already stored under its id. */
-  create (plant: PlantRecord): Promise<'created' | 'same' | 'conflict'>
-  get (id: bigint): Promise<PlantRecord | undefined>
-  /** Plants ordered by id, only those with an id greater than `after` and the exact `tag` if given. */
-  list (query: { limit: number, after?: bigint, tag?: string }): Promise<PlantRecord[]>
-  /** Replaces name and tag (no tag removes it); undefined when no plant has the id. */
-  replace (id: bigint, plant: Plant): Promise<PlantRecord | undefined>
-  remove (id: bigint): Promise<boolean>
+  /**
+   * Inserts the plant and logs its creation, in one transaction; 'same' (logging nothing) if
+   * identical data is already stored under its id, 'conflict' if other data is.
+   */
+  create (plant: PlantRecord): Promise<Created>
+  get (id: bigint): Promise<VersionedPlant | undefined>
+  /**
+   * Plants ordered by id, only those with an id greater than `after` and the exact `tag` if
+   * given; `position` is the log's head in the same snapshot: the page shows exactly the changes up to it.
+   */
+  list (query: { limit: number, after?: bigint, tag?: string }): Promise<{ plants: PlantRecord[], position: bigint }>
+  /**
+   * Replaces name and tag (no tag removes it) and logs it, in one transaction, if the plant exists
+   * and its version meets `ifMatch`; 'not-found' without a plant and without a condition.
+   */
+  replace (id: bigint, plant: Plant, ifMatch?: Versions): Promise<VersionedPlant | 'not-found' | 'precondition-failed'>
+  /** Deletes the plant and logs it, in one transaction, under the same condition as `replace`; `position` is the deletion's. */
+  remove (id: bigint, ifMatch?: Versions): Promise<{ position: bigint } | 'not-found' | 'precondition-failed'>
+
+  /**
+   * Up to `limit` changes after position `after` (from the oldest kept when undefined), in order;
+   * with `tag`, only those whose plant carried the tag before or after the change, passing over
+   * CHANGES_SCAN changes at most.
+   */
+  changes (query: { after?: bigint, limit: number, tag?: string }): Promise<ChangesPage>
+  /** The log's head and floor. */
+  logBounds (): Promise<LogBounds>
+  /** Drops up to `batch` of the oldest changes made before `before`, oldest first; answers how many it dropped. */
+  pruneChanges (before: Date, batch: number): Promise<number>
 
   /**
    * Every plant, in id order, in pages, all from one snapshot taken when the first page is read:
@@ -94,6 +174,8 @@ export interface Store {
    * Stores every plant of `source`, in one transaction: all of them, or (on any outcome but
    * 'imported', or when `source` throws, which rethrows) none. Refuses a store that holds plants
    * ('not-empty') unless `replace`, which deletes them first in the same transaction; tokens stay.
+   * The change log starts anew above its head: every earlier position is gone, and every imported
+   * plant's version is the new head.
    * Writes by others wait while it runs (SQLite's write lock; PostgreSQL's table lock).
    */
   importPlants (source: AsyncIterable<PlantRecord[]>, options: { replace: boolean }): Promise<ImportOutcome>

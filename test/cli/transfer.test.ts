@@ -197,7 +197,7 @@ test('a bad line stops the import with one sentence naming it and why, and the s
       assert.match(error.message.slice(0, -' Nothing was imported.'.length), why, name)
       return true
     })
-    assert.deepEqual(await store.list({ limit: 10 }), [{ id: -5n, name: 'before' }], `${name}: the store is as it was`)
+    assert.deepEqual((await store.list({ limit: 10 })).plants, [{ id: -5n, name: 'before' }], `${name}: the store is as it was`)
   }
 })
 

@@ -13,7 +13,7 @@ function assertCors (answer: Answer, origin: string, what: string): void {
   assert.match(answer.headers.get('vary') ?? '', /\bOrigin\b/i, `${what} from ${origin}: Vary: Origin`)
   if (ALLOWED.includes(origin)) {
     assert.equal(answer.headers.get('access-control-allow-origin'), origin, `${what} from ${origin}`)
-    assert.equal(answer.headers.get('access-control-expose-headers'), 'Allow, Link, Retry-After, WWW-Authenticate', `${what} from ${origin}`)
+    assert.equal(answer.headers.get('access-control-expose-headers'), 'Allow, Changes-Position, ETag, Link, Retry-After, WWW-Authenticate', `${what} from ${origin}`)
   } else {
     assert.deepEqual(cors, [], `${what} from ${origin}: no CORS header`)
   }
@@ -37,7 +37,7 @@ test('with CORS_ORIGINS, the listed origins get CORS headers on every answer and
           assert.equal(answer.status, 204)
           assert.equal(answer.text, '')
           assert.equal(answer.headers.get('access-control-allow-methods'), methods)
-          assert.equal(answer.headers.get('access-control-allow-headers'), 'Authorization, Content-Type')
+          assert.equal(answer.headers.get('access-control-allow-headers'), 'Authorization, Content-Type, If-Match, If-None-Match, Last-Event-ID')
           assert.equal(answer.headers.get('access-control-max-age'), '600')
         } else {
           assert.ok(isErrorBody(answer, 405), `${origin} ${path}: ${answer.status}`)

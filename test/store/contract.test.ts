@@ -5,7 +5,7 @@ import { test, type TestContext } from 'node:test'
 import { StoreUnavailableError } from '../../src/errors.js'
 import type { NewToken, Store } from '../../src/store/store.js'
 import { testStores } from '../helpers.js'
-import { openTestStore } from '../stored.js'
+import { openTestStore, plantOf } from '../stored.js'
 
 function token (name: string, options: Partial<NewToken> = {}): NewToken {
   return { name, digest: Buffer.from(name.padEnd(32, '#')), scopes: ['plants:read', 'plants:write'], ...options }
@@ -19,23 +19,23 @@ for (const kind of testStores()) {
 
   test(`${kind}: create is idempotent for identical data and refuses different data`, async (t) => {
     const store = await open(t)
-    assert.equal(await store.create({ id: 1n, name: 'Fern', tag: 'shade' }), 'created')
-    assert.equal(await store.create({ id: 1n, name: 'Fern', tag: 'shade' }), 'same')
-    assert.equal(await store.create({ id: 1n, name: 'Fern' }), 'conflict')
-    assert.equal(await store.create({ id: 1n, name: 'Moss', tag: 'shade' }), 'conflict')
-    assert.equal(await store.create({ id: 2n, name: 'Moss' }), 'created')
-    assert.equal(await store.create({ id: 2n, name: 'Moss', tag: '' }), 'conflict', 'an empty tag is a tag, not its absence')
-    assert.deepEqual(await store.get(1n), { id: 1n, name: 'Fern', tag: 'shade' })
-    assert.equal(await store.get(3n), undefined)
+    assert.equal((await store.create({ id: 1n, name: 'Fern', tag: 'shade' })).outcome, 'created')
+    assert.equal((await store.create({ id: 1n, name: 'Fern', tag: 'shade' })).outcome, 'same')
+    assert.equal((await store.create({ id: 1n, name: 'Fern' })).outcome, 'conflict')
+    assert.equal((await store.create({ id: 1n, name: 'Moss', tag: 'shade' })).outcome, 'conflict')
+    assert.equal((await store.create({ id: 2n, name: 'Moss' })).outcome, 'created')
+    assert.equal((await store.create({ id: 2n, name: 'Moss', tag: '' })).outcome, 'conflict', 'an empty tag is a tag, not its absence')
+    assert.deepEqual((await store.get(1n))?.plant, { id: 1n, name: 'Fern', tag: 'shade' })
+    assert.equal((await store.get(3n))?.plant, undefined)
   })
 
   test(`${kind}: the same id created many times at once is stored once: one created, identical ones same, others conflict`, async (t) => {
     const store = await open(t)
-    const outcomes = await Promise.all(Array.from({ length: 20 }, (_, i) => store.create({ id: 7n, name: 'Fern' })))
+    const outcomes = (await Promise.all(Array.from({ length: 20 }, (_, i) => store.create({ id: 7n, name: 'Fern' })))).map(o => o.outcome)
     assert.deepEqual(outcomes.filter(o => o === 'created').length, 1)
     assert.ok(outcomes.every(o => o === 'created' || o === 'same'))
-    assert.equal(await store.create({ id: 7n, name: 'Moss' }), 'conflict')
-    assert.deepEqual(await store.list({ limit: 10 }), [{ id: 7n, name: 'Fern' }])
+    assert.equal((await store.create({ id: 7n, name: 'Moss' })).outcome, 'conflict')
+    assert.deepEqual((await store.list({ limit: 10 })).plants, [{ id: 7n, name: 'Fern' }])
   })
 
   test(`${kind}: list pages by id with after, tag and limit; replace and remove`, async (t) => {
@@ -43,32 +43,32 @@ for (const kind of testStores()) {
     for (const [id, tag] of [[3n, 'a'], [1n, 'b'], [2n, 'a'], [INT64_MAX, 'a'], [INT64_MIN, undefined]] as const) {
       await store.create({ id, name: `n${id}`, ...(tag === undefined ? {} : { tag }) })
     }
-    assert.deepEqual(await store.list({ limit: 2 }), [{ id: INT64_MIN, name: `n${INT64_MIN}` }, { id: 1n, name: 'n1', tag: 'b' }], 'whole records, no tag key when none')
-    assert.deepEqual((await store.list({ limit: 10, after: 2n })).map(p => p.id), [3n, INT64_MAX])
-    assert.deepEqual((await store.list({ limit: 10, after: INT64_MIN })).map(p => p.id), [1n, 2n, 3n, INT64_MAX], 'after is exclusive')
-    assert.deepEqual((await store.list({ limit: 10, after: INT64_MAX })), [])
-    assert.deepEqual((await store.list({ limit: 10, tag: 'a' })).map(p => p.id), [2n, 3n, INT64_MAX])
-    assert.deepEqual((await store.list({ limit: 1, tag: 'a', after: 2n })).map(p => p.id), [3n])
-    assert.deepEqual(await store.list({ limit: 10, tag: 'none' }), [])
-    assert.deepEqual(await store.replace(2n, { name: 'two' }), { id: 2n, name: 'two' })
-    assert.deepEqual(await store.get(2n), { id: 2n, name: 'two' }, 'no tag: no tag key, not tag: null')
-    assert.deepEqual(await store.replace(2n, { name: 'two', tag: 'z' }), { id: 2n, name: 'two', tag: 'z' })
-    assert.equal(await store.replace(5n, { name: 'none' }), undefined)
-    assert.equal(await store.get(5n), undefined, 'replace does not create')
-    assert.equal(await store.remove(2n), true)
-    assert.equal(await store.remove(2n), false)
-    assert.equal(await store.get(2n), undefined)
-    assert.equal(await store.create({ id: 2n, name: 'again' }), 'created', 'a removed id is free again')
+    assert.deepEqual((await store.list({ limit: 2 })).plants, [{ id: INT64_MIN, name: `n${INT64_MIN}` }, { id: 1n, name: 'n1', tag: 'b' }], 'whole records, no tag key when none')
+    assert.deepEqual((await store.list({ limit: 10, after: 2n })).plants.map(p => p.id), [3n, INT64_MAX])
+    assert.deepEqual((await store.list({ limit: 10, after: INT64_MIN })).plants.map(p => p.id), [1n, 2n, 3n, INT64_MAX], 'after is exclusive')
+    assert.deepEqual((await store.list({ limit: 10, after: INT64_MAX })).plants, [])
+    assert.deepEqual((await store.list({ limit: 10, tag: 'a' })).plants.map(p => p.id), [2n, 3n, INT64_MAX])
+    assert.deepEqual((await store.list({ limit: 1, tag: 'a', after: 2n })).plants.map(p => p.id), [3n])
+    assert.deepEqual((await store.list({ limit: 10, tag: 'none' })).plants, [])
+    assert.deepEqual(plantOf(await store.replace(2n, { name: 'two' })), { id: 2n, name: 'two' })
+    assert.deepEqual((await store.get(2n))?.plant, { id: 2n, name: 'two' }, 'no tag: no tag key, not tag: null')
+    assert.deepEqual(plantOf(await store.replace(2n, { name: 'two', tag: 'z' })), { id: 2n, name: 'two', tag: 'z' })
+    assert.equal(await store.replace(5n, { name: 'none' }), 'not-found')
+    assert.equal((await store.get(5n))?.plant, undefined, 'replace does not create')
+    assert.ok(typeof await store.remove(2n) === 'object')
+    assert.equal(await store.remove(2n), 'not-found')
+    assert.equal((await store.get(2n))?.plant, undefined)
+    assert.equal((await store.create({ id: 2n, name: 'again' })).outcome, 'created', 'a removed id is free again')
   })
 
   test(`${kind}: int64 extremes and unicode text round-trip exactly`, async (t) => {
     const store = await open(t)
     const ids = [INT64_MIN, INT64_MIN + 1n, -(2n ** 53n) - 1n, -1n, 0n, 2n ** 53n + 1n, INT64_MAX - 1n, INT64_MAX]
     const names = ['Fern 🌿', '羊歯', 'e\u0301', 'שרך', '𝔉𝔢𝔯𝔫', 'x'.repeat(200), '"\'\\;--', ' spaced ']
-    for (const [i, id] of ids.entries()) assert.equal(await store.create({ id, name: names[i], tag: `🌱${i}` }), 'created')
-    for (const [i, id] of ids.entries()) assert.deepEqual(await store.get(id), { id, name: names[i], tag: `🌱${i}` })
-    assert.deepEqual((await store.list({ limit: 100 })).map(p => p.id), ids)
-    assert.equal(await store.create({ id: INT64_MAX, name: names[7], tag: '🌱7' }), 'same')
+    for (const [i, id] of ids.entries()) assert.equal((await store.create({ id, name: names[i], tag: `🌱${i}` })).outcome, 'created')
+    for (const [i, id] of ids.entries()) assert.deepEqual((await store.get(id))?.plant, { id, name: names[i], tag: `🌱${i}` })
+    assert.deepEqual((await store.list({ limit: 100 })).plants.map(p => p.id), ids)
+    assert.equal((await store.create({ id: INT64_MAX, name: names[7], tag: '🌱7' })).outcome, 'same')
   })
 
   test(`${kind}: tokens are created, found by digest, listed in order and revoked by name or id`, async (t) => {

@@ -9,6 +9,7 @@ import { openStore } from '../../src/store/open.js'
 import { DEFAULT_PG_LIMITS, PostgresStore, type PostgresLimits } from '../../src/store/postgres.js'
 import { migrationsOf } from '../../src/store/migrations.js'
 import { adminQuery, PG_SKIP, PG_URL, pgSchema } from './postgres-helpers.js'
+import { plantOf } from '../stored.js'
 
 async function open (t: TestContext, limits: Partial<PostgresLimits> = {}): Promise<{ store: PostgresStore, url: string, schema: string, app: string }> {
   const app = `ps_${randomBytes(6).toString('hex')}`
@@ -51,8 +52,8 @@ if (PG_URL === undefined) {
     const { store, schema } = await open(t)
     // A second unique index, which ON CONFLICT (id) does not cover: its violation raises 23505.
     await adminQuery(`CREATE UNIQUE INDEX plants_name ON ${schema}.plants (name)`)
-    assert.equal(await store.create({ id: 1n, name: 'Fern' }), 'created')
-    assert.equal(await store.create({ id: 2n, name: 'Fern' }), 'conflict')
+    assert.equal((await store.create({ id: 1n, name: 'Fern' })).outcome, 'created')
+    assert.equal((await store.create({ id: 2n, name: 'Fern' })).outcome, 'conflict')
     assert.equal(await store.get(2n), undefined)
   })
 
@@ -61,10 +62,10 @@ if (PG_URL === undefined) {
     await assert.rejects(store.create({ id: 1n, name: 'a\u0000b' }), UnstorableTextError)
     await assert.rejects(store.create({ id: 1n, name: 'ok', tag: '\u0000' }), UnstorableTextError)
     assert.equal(await store.get(1n), undefined)
-    assert.equal(await store.create({ id: 1n, name: 'ok' }), 'created')
+    assert.equal((await store.create({ id: 1n, name: 'ok' })).outcome, 'created')
     await assert.rejects(store.replace(1n, { name: '\u0000' }), UnstorableTextError)
-    assert.deepEqual(await store.list({ limit: 10, tag: '\u0000' }), [])
-    assert.deepEqual(await store.get(1n), { id: 1n, name: 'ok' })
+    assert.deepEqual((await store.list({ limit: 10, tag: '\u0000' })).plants, [])
+    assert.deepEqual((await store.get(1n))?.plant, { id: 1n, name: 'ok' })
   })
 
   test('connections the server ends are dropped: calls on them are refused as unavailable (57P01), at once, and the store recovers', async (t) => {
@@ -83,10 +84,10 @@ if (PG_URL === undefined) {
     })
     let recovered = false
     for (let attempt = 0; attempt < 20 && !recovered; attempt++) {
-      recovered = (await outcome(store.get(0n)) as { name?: string } | undefined)?.name === 'p0'
+      recovered = (await outcome(store.get(0n)) as { plant?: { name: string } } | undefined)?.plant?.name === 'p0'
     }
     assert.ok(recovered, 'new connections answer')
-    assert.deepEqual(await store.replace(1n, { name: 'Moss' }), { id: 1n, name: 'Moss' })
+    assert.deepEqual(plantOf(await store.replace(1n, { name: 'Moss' })), { id: 1n, name: 'Moss' })
   })
 
   test('a database that cannot be reached at start fails with one line, in time, naming no password', async () => {
@@ -108,10 +109,10 @@ if (PG_URL === undefined) {
       assert.equal(await outcome(store.replace(1n, { name: 'Moss' })), 'unavailable')
       const took = Date.now() - started
       assert.ok(took >= DEFAULT_PG_LIMITS.writeTimeoutMs - 20 && took < 2000, `took ${took} ms`)
-      assert.deepEqual(await store.get(1n), { id: 1n, name: 'Fern' }, 'reads are still served')
+      assert.deepEqual((await store.get(1n))?.plant, { id: 1n, name: 'Fern' }, 'reads are still served')
       await release()
     })
-    assert.deepEqual(await store.replace(1n, { name: 'Moss' }), { id: 1n, name: 'Moss' })
+    assert.deepEqual(plantOf(await store.replace(1n, { name: 'Moss' })), { id: 1n, name: 'Moss' })
   })
 
   test('past the cap of writes in flight a write is refused at once', async (t) => {
@@ -123,7 +124,7 @@ if (PG_URL === undefined) {
       assert.equal(await outcome(store.create({ id: 2n, name: 'Ivy' })), 'unavailable')
       assert.ok(Date.now() - started < 200)
       await release()
-      assert.deepEqual(await held, { id: 1n, name: 'Moss' })
+      assert.deepEqual((await held as { plant?: unknown }).plant, { id: 1n, name: 'Moss' })
     })
   })
 
@@ -131,8 +132,8 @@ if (PG_URL === undefined) {
     const { url } = await pgSchema(t)
     const stores = await Promise.all([1, 2, 3].map(() => PostgresStore.open(url)))
     t.after(() => Promise.all(stores.map(store => store.close())))
-    for (const [i, store] of stores.entries()) assert.equal(await store.create({ id: BigInt(i), name: `p${i}` }), 'created')
-    for (const store of stores) assert.equal((await store.list({ limit: 10 })).length, 3, 'one schema')
+    for (const [i, store] of stores.entries()) assert.equal((await store.create({ id: BigInt(i), name: `p${i}` })).outcome, 'created')
+    for (const store of stores) assert.equal((await store.list({ limit: 10 })).plants.length, 3, 'one schema')
     const client = new pg.Client({ connectionString: url })
     await client.connect()
     t.after(() => client.end())

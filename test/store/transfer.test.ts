@@ -8,7 +8,7 @@ import { PostgresStore } from '../../src/store/postgres.js'
 import { SqliteStore } from '../../src/store/sqlite.js'
 import type { PlantRecord, Store } from '../../src/store/store.js'
 import { tempDir, testStores } from '../helpers.js'
-import { openTestStore } from '../stored.js'
+import { openTestStore, plantOf } from '../stored.js'
 import { adminQuery, PG_SKIP, PG_URL, pgSchema } from './postgres-helpers.js'
 
 const INT64_MIN = -9223372036854775808n
@@ -69,9 +69,9 @@ for (const kind of testStores()) {
     for await (const page of store.exportPlants()) {
       if (all.length === 0) {
         // Past the first page: a new plant, a removed one and a changed one, all in pages still to come.
-        assert.equal(await store.create({ id: 5000n, name: 'late' }), 'created')
-        assert.equal(await store.remove(2000n), true)
-        assert.deepEqual(await store.replace(2999n, { name: 'changed' }), { id: 2999n, name: 'changed' })
+        assert.equal((await store.create({ id: 5000n, name: 'late' })).outcome, 'created')
+        assert.equal(typeof await store.remove(2000n), 'object')
+        assert.deepEqual(plantOf(await store.replace(2999n, { name: 'changed' })), { id: 2999n, name: 'changed' })
       }
       all.push(...page)
     }
@@ -118,7 +118,7 @@ for (const kind of testStores()) {
     }
     await assert.rejects(store.importPlants(failing(), { replace: true }), error => error === broken)
     assert.deepEqual(await exported(store), [{ id: -1n, name: 'before' }], 'not even the delete of replace')
-    assert.equal(await store.create({ id: 1n, name: 'plant 1' }), 'created', 'the store writes again')
+    assert.equal((await store.create({ id: 1n, name: 'plant 1' })).outcome, 'created', 'the store writes again')
   })
 }
 
@@ -149,7 +149,7 @@ test('sqlite: an export stopped early ends its read transaction: a checkpoint ca
   t.after(() => store.close())
   await seed(store, plants(1n, 2500))
   await stopAfterFirstPage(store)
-  assert.equal(await store.create({ id: 9000n, name: 'after' }), 'created')
+  assert.equal((await store.create({ id: 9000n, name: 'after' })).outcome, 'created')
   // A reader still in its snapshot would keep the frames written since: the checkpoint would be busy.
   const db = new Database(path)
   t.after(() => db.close())

@@ -12,11 +12,11 @@ function recordingStore (seen: Array<[string, string]>): Store {
   const plant = (id: bigint): PlantRecord => ({ id, name: 'Fern' })
   return {
     findToken: async () => token,
-    create: async (record: PlantRecord) => { seen.push(['create', typeof record.id]); return 'created' },
-    get: async (id: bigint) => { seen.push(['get', typeof id]); return plant(id) },
-    list: async ({ after }: { after?: bigint }) => { seen.push(['list', typeof after]); return [] },
-    replace: async (id: bigint) => { seen.push(['replace', typeof id]); return plant(id) },
-    remove: async (id: bigint) => { seen.push(['remove', typeof id]); return true }
+    create: async (record: PlantRecord) => { seen.push(['create', typeof record.id]); return { outcome: 'created', version: 1n } },
+    get: async (id: bigint) => { seen.push(['get', typeof id]); return { plant: plant(id), version: 1n } },
+    list: async ({ after }: { after?: bigint }) => { seen.push(['list', typeof after]); return { plants: [], position: 0n } },
+    replace: async (id: bigint) => { seen.push(['replace', typeof id]); return { plant: plant(id), version: 2n } },
+    remove: async (id: bigint) => { seen.push(['remove', typeof id]); return { position: 3n } }
   } as unknown as Store
 }
 

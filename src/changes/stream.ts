@@ -1,0 +1,131 @@
+import type { FastifyReply, FastifyRequest } from 'fastify'
+import type { ServerResponse } from 'node:http'
+import type { Logger } from 'pino'
+import type { StillAllowed } from '../auth.js'
+import type { Change, ChangesPage, Store } from '../store/store.js'
+import type { Feed } from './feed.js'
+
+/** A comment line at least this often, so that proxies and load balancers keep an idle stream open (SPEC: at least every 15 s). */
+export const HEARTBEAT_MS = 10_000
+/** How often a stream asks whether its token still holds: a revoked one stops receiving within this plus the token cache's second. */
+export const RECHECK_MS = 2000
+/** How long a reader may leave a full socket buffer unread before its stream is closed: it resumes with Last-Event-ID. */
+export const STALL_MS = 10_000
+/** Changes a stream reads from the store at once: the most it holds in memory beyond the socket's buffer. */
+const STREAM_PAGE = 100
+/** What an EventSource waits before reconnecting, in ms. */
+const RETRY_MS = 1000
+
+/** A change as the feed shows it, in JSON and in a stream's `data:`. */
+export function changeOf ({ position, type, plant, at }: Change): { position: bigint, type: string, id: bigint, plant: Change['plant'], at: Date } {
+  return { position, type, id: plant.id, plant, at }
+}
+
+/** JSON with bigints as exact integers (ids beyond 2^53, positions), for a stream's `data:` lines. */
+function json (value: unknown): string {
+  return JSON.stringify(value, (_key, field: unknown) => typeof field === 'bigint' ? `\u0000${field}\u0000` : field).replace(/"\\u0000(-?\d+)\\u0000"/g, '$1')
+}
+
+function event (id: bigint, type: string, data: unknown): string {
+  return `id: ${id}\nevent: ${type}\ndata: ${json(data)}\n\n`
+}
+
+export interface StreamOptions {
+  request: FastifyRequest
+  reply: FastifyReply
+  store: Store
+  feed: Feed
+  stillAllowed: StillAllowed
+  log: Logger
+  tag?: string
+  /** The first page, read before the stream was admitted (so that a gone position is a plain 410). */
+  first: Exclude<ChangesPage, 'gone'>
+}
+
+/**
+ * Serves the change log as Server-Sent Events until the client leaves, the token no longer
+ * holds, the reader stalls, the log drops what the stream was about to read, or the server stops.
+ * Reads a page at a time and writes it only while the socket takes it: a reader that stops
+ * reading costs one page and the socket's buffer, then is closed.
+ */
+export async function streamChanges ({ request, reply, store, feed, stillAllowed, log, tag, first }: StreamOptions): Promise<void> {
+  reply.hijack()
+  const res = reply.raw
+  // The headers set so far (CORS's) go out with the stream's own.
+  for (const [name, value] of Object.entries(reply.getHeaders())) if (value !== undefined) res.setHeader(name, value)
+  res.writeHead(200, {
+    'content-type': 'text/event-stream; charset=utf-8',
+    'cache-control': 'no-store',
+    'x-accel-buffering': 'no' // nginx would otherwise hold the events back in its buffer
+  })
+  let left = false
+  const gone = new Promise<void>(resolve => res.once('close', () => { left = true; resolve() }))
+  const started = performance.now()
+  let sent = 0
+  let why = 'client left'
+  try {
+    let page = first
+    let lastId: bigint | undefined
+    let lastWrite = performance.now()
+    let lastCheck = performance.now()
+    if (!await write(res, `retry: ${RETRY_MS}\n\n`, gone)) return
+    for (;;) {
+      let text = page.changes.map(change => event(change.position, change.type, changeOf(change))).join('')
+      if (page.changes.length > 0) lastId = page.changes[page.changes.length - 1].position
+      // Changes passed over by the filter: a bookmark, so a resume starts past them, never at a position the log may have dropped.
+      if (tag !== undefined && page.next !== lastId && performance.now() - lastWrite >= 1000) {
+        text += event(page.next, 'bookmark', { position: page.next })
+        lastId = page.next
+      }
+      if (text !== '') {
+        if (!await write(res, text, gone)) { why = left ? why : 'reader stalled'; return }
+        sent += page.changes.length
+        lastWrite = performance.now()
+      }
+      // Caught up: wait for the head to move, a heartbeat, or the token's next check.
+      while (!feed.past(page.next)) {
+        if (left) return
+        if (feed.closing) { why = 'server stopping'; return }
+        const now = performance.now()
+        if (now - lastCheck >= RECHECK_MS) {
+          lastCheck = now
+          if (!await stillAllowed(request, 'plants:read').catch(() => true)) { why = 'token no longer valid'; return }
+        }
+        if (now - lastWrite >= HEARTBEAT_MS) {
+          if (!await write(res, tag !== undefined && page.next !== lastId ? `: heartbeat\n\n${event(page.next, 'bookmark', { position: page.next })}` : ': heartbeat\n\n', gone)) return
+          if (tag !== undefined) lastId = page.next
+          lastWrite = performance.now()
+        }
+        const wait = Math.min(HEARTBEAT_MS - (performance.now() - lastWrite), RECHECK_MS - (performance.now() - lastCheck))
+        await Promise.race([feed.beyond(page.next, Math.max(1, wait)), gone])
+      }
+      if (left) return
+      const next = await store.changes({ after: page.next, limit: STREAM_PAGE, tag })
+      if (next === 'gone') { why = 'position dropped from the log'; return }
+      page = next
+    }
+  } catch (error) {
+    why = `store unavailable: ${(error as Error).message}`
+  } finally {
+    if (!res.destroyed) res.end()
+    log.info({ reqId: request.id, method: request.method, route: '/plants/changes', status: 200, durationMs: Math.round(performance.now() - started), changes: sent, ended: why }, 'change stream ended')
+  }
+}
+
+/**
+ * Writes `text`, waiting while the socket's buffer is full: false if the client left, or did not
+ * read for STALL_MS (then the connection is closed).
+ */
+async function write (res: ServerResponse, text: string, gone: Promise<void>): Promise<boolean> {
+  if (res.destroyed) return false
+  if (res.write(text)) return true
+  let timer: NodeJS.Timeout | undefined
+  const drained = await Promise.race([
+    new Promise<boolean>(resolve => res.once('drain', () => resolve(true))),
+    new Promise<boolean>(resolve => { timer = setTimeout(() => resolve(false), STALL_MS) }),
+    gone.then(() => false)
+  ])
+  clearTimeout(timer)
+  if (!drained) res.destroy()
+  return drained
+}

@@ -1,0 +1,31 @@
+// Conditional requests (RFC 9110 section 13) on a plant, whose ETag is its version: the position
+// of its last change in the change log, written `"N"` (strong).
+import { ApiError } from './errors.js'
+import type { Versions } from './store/store.js'
+
+/** The ETag header of a plant at `version`. */
+export function etagOf (version: bigint): string {
+  return `"${version}"`
+}
+
+/** One entity-tag of a list (RFC 9110 8.8.3): optionally `W/`, then a quoted opaque tag. */
+const ENTITY_TAG = /^(W\/)?"([\x21\x23-\x7e\x80-\xff]*)"$/
+const VERSION = /^[1-9]\d{0,18}$/
+
+/**
+ * The versions an If-Match or If-None-Match header names: '*', or those of its entity-tags that
+ * are versions of ours (weak ones only where `weak` comparison applies; any other tag matches no
+ * plant). Undefined without the header. A malformed header is refused (400) rather than ignored:
+ * a write sent with a condition must not go ahead without it.
+ */
+export function versionsOf (header: string | undefined, name: 'If-Match' | 'If-None-Match', { weak }: { weak: boolean }): Versions | undefined {
+  if (header === undefined) return undefined
+  const text = header.trim()
+  if (text === '*') return '*'
+  // Empty list elements are allowed (RFC 9110 5.6.1); at least one entity-tag is not.
+  const tags = text.split(',').map(item => item.trim()).filter(item => item !== '').map(item => ENTITY_TAG.exec(item))
+  if (tags.length === 0 || tags.includes(null)) {
+    throw new ApiError('invalidCondition', `The ${name} header must be "*" or a list of ETags such as "12" in double quotes, not ${JSON.stringify(header.slice(0, 64))}.`)
+  }
+  return tags.filter(match => (match![1] === undefined || weak) && VERSION.test(match![2])).map(match => BigInt(match![2]))
+}

@@ -1,0 +1,74 @@
+import type { FastifyPluginAsync } from 'fastify'
+import type { Logger } from 'pino'
+import type { StillAllowed } from '../auth.js'
+import type { Feed } from '../changes/feed.js'
+import { changeOf, streamChanges } from '../changes/stream.js'
+import { allowedMethods, route } from '../contract.js'
+import { ApiError } from '../errors.js'
+import type { ChangesPage, Store } from '../store/store.js'
+import { linkTo } from './links.js'
+
+/** A page of the log, or the 410 when the log no longer holds what follows `after`. */
+async function pageAfter (store: Store, query: { after?: bigint, limit: number, tag?: string }): Promise<Exclude<ChangesPage, 'gone'>> {
+  const page = await store.changes(query)
+  if (page === 'gone') throw new ApiError('changesGone')
+  return page
+}
+
+/** The position in a Last-Event-ID header: plain decimal digits, an int64. */
+function eventIdOf (header: string | undefined): bigint | undefined {
+  if (header === undefined) return undefined
+  if (!/^\d{1,19}$/.test(header.trim()) || BigInt(header.trim()) > 2n ** 63n - 1n) throw new ApiError('invalidEventId')
+  return BigInt(header.trim())
+}
+
+/** True when the client asks for Server-Sent Events (and not JSON first). */
+function wantsStream (accept: string | undefined): boolean {
+  return accept !== undefined && /(^|,)\s*text\/event-stream\s*(;|,|$)/i.test(accept)
+}
+
+export const changes: FastifyPluginAsync<{ store: Store, feed: Feed, stillAllowed: StillAllowed, log: Logger }> = async (app, { store, feed, stillAllowed, log }) => {
+  app.route<{ Querystring: { after?: bigint, limit: number, tag?: string, wait: number } }>({
+    ...route('listChanges'),
+    config: { scope: 'plants:read' },
+    handler: async (request, reply) => {
+      const { limit, tag, wait } = request.query
+      if (request.method === 'GET' && wantsStream(request.headers.accept)) {
+        const after = eventIdOf(request.headers['last-event-id'] as string | undefined) ?? request.query.after
+        const first = await pageAfter(store, { after, limit: 100, tag })
+        if (!feed.admit('streams')) throw new ApiError('tooManyReaders')
+        try {
+          await streamChanges({ request, reply, store, feed, stillAllowed, log, tag, first })
+        } finally {
+          feed.release('streams')
+        }
+        return reply
+      }
+      let page = await pageAfter(store, { after: request.query.after, limit, tag })
+      if (page.changes.length === 0 && wait > 0 && !feed.closing) {
+        if (!feed.admit('polls')) throw new ApiError('tooManyReaders')
+        try {
+          // Nothing yet: wait for the head to move past what was read, then read on, until a change or the deadline.
+          const deadline = performance.now() + wait * 1000
+          const left = (): number => deadline - performance.now()
+          const clientLeft = new Promise<false>(resolve => reply.raw.once('close', () => resolve(false)))
+          while (page.changes.length === 0 && left() > 0 && await Promise.race([feed.beyond(page.next, left()), clientLeft])) {
+            page = await pageAfter(store, { after: page.next, limit, tag })
+          }
+        } finally {
+          feed.release('polls')
+        }
+      }
+      reply.header('link', linkTo(request.url, 'after', page.next))
+      return page.changes.map(changeOf)
+    }
+  })
+
+  // The path is a plant's too (`/plants/{id}` takes PUT and DELETE): without these, the router
+  // would hand `PUT /plants/changes` to it, and the id "changes" would be a 400 instead of a 405.
+  app.route({
+    method: ['PUT', 'DELETE'],
+    url: '/plants/changes',
+    handler: async (request) => { throw new ApiError('methodNotAllowed', undefined, { allow: allowedMethods(request.url.split('?')[0]).join(', ') }) }
+  })
+}
