@@ -1,0 +1,127 @@
+// ETags and conditional requests over real HTTP (SPEC section 9), on both stores.
+import assert from 'node:assert/strict'
+import { describe, test } from 'node:test'
+import { call, isErrorBody, startServer, testStores, type Answer, type Server } from '../helpers.js'
+
+const BIG = '9223372036854775807'
+
+function etag (answer: Answer): string {
+  const value = answer.headers.get('etag')
+  assert.match(value ?? '', /^"[1-9]\d*"$/, `a strong ETag "N": ${String(value)}`)
+  return value!
+}
+
+/** Asserts a 412 Error body, and that the plant is still `expected` (undefined: missing) with its ETag unchanged. */
+async function refusedAndUnchanged (server: Server, answer: Answer, id: string, expected: { text?: string, etag?: string }): Promise<void> {
+  assert.ok(isErrorBody(answer, 412), `${answer.status} ${answer.text}`)
+  const now = await call(server, 'GET', `/plants/${id}`)
+  if (expected.text === undefined) {
+    assert.equal(now.status, 404)
+  } else {
+    assert.equal(now.status, 200)
+    assert.equal(now.text, expected.text)
+    assert.equal(now.headers.get('etag'), expected.etag)
+  }
+}
+
+for (const store of testStores()) {
+  describe(store, () => {
+    test('ETags and conditions', async (t) => {
+      const server = await startServer(t, { store })
+      const raw = `{"id": ${BIG}, "name": "Fern", "tag": "shade"}`
+
+      await t.test('POST, GET and PUT answer the plant\'s ETag; bodies are as before', async () => {
+        const created = await call(server, 'POST', '/plants', { raw })
+        assert.equal(created.status, 200)
+        assert.deepEqual(created.body, { name: 'Fern', tag: 'shade' })
+        const version = etag(created)
+        const read = await call(server, 'GET', `/plants/${BIG}`)
+        assert.equal(read.text, `{"id":${BIG},"name":"Fern","tag":"shade"}`)
+        assert.equal(etag(read), version)
+        const retried = await call(server, 'POST', '/plants', { raw })
+        assert.equal(retried.status, 200)
+        assert.equal(etag(retried), version, 'an identical retry changes nothing: same ETag')
+        const replaced = await call(server, 'PUT', `/plants/${BIG}`, { body: { name: 'Fern', tag: 'sun' } })
+        assert.equal(replaced.status, 200)
+        assert.notEqual(etag(replaced), version)
+        assert.equal(etag(await call(server, 'GET', `/plants/${BIG}`)), etag(replaced))
+      })
+
+      await t.test('If-None-Match on GET: 304 with the ETag and no body when it matches; 200 otherwise', async () => {
+        const current = etag(await call(server, 'GET', `/plants/${BIG}`))
+        for (const header of [current, `"1", ${current}`, `W/${current}`, '*']) {
+          const answer = await call(server, 'GET', `/plants/${BIG}`, { headers: { 'if-none-match': header } })
+          assert.equal(answer.status, 304, header)
+          assert.equal(answer.text, '')
+          assert.equal(answer.headers.get('etag'), current)
+        }
+        const stale = await call(server, 'GET', `/plants/${BIG}`, { headers: { 'if-none-match': '"1"' } })
+        assert.equal(stale.status, 200)
+        assert.equal(stale.body.name, 'Fern')
+        assert.equal((await call(server, 'GET', '/plants/424242', { headers: { 'if-none-match': '*' } })).status, 404)
+      })
+
+      await t.test('If-Match on PUT and DELETE: a stale or weak ETag is 412 with the Error body, nothing changed', async () => {
+        const before = await call(server, 'GET', `/plants/${BIG}`)
+        const current = etag(before)
+        const expected = { text: before.text, etag: current }
+        for (const header of ['"1"', `W/${current}`, '"1", "99"', '"abc"']) {
+          await refusedAndUnchanged(server, await call(server, 'PUT', `/plants/${BIG}`, { body: { name: 'Changed' }, headers: { 'if-match': header } }), BIG, expected)
+          await refusedAndUnchanged(server, await call(server, 'DELETE', `/plants/${BIG}`, { headers: { 'if-match': header } }), BIG, expected)
+        }
+        const replaced = await call(server, 'PUT', `/plants/${BIG}`, { body: { name: 'Matched' }, headers: { 'if-match': `"1", ${current}` } })
+        assert.equal(replaced.status, 200)
+        assert.equal(replaced.text, `{"id":${BIG},"name":"Matched"}`)
+        const any = await call(server, 'PUT', `/plants/${BIG}`, { body: { name: 'Any' }, headers: { 'if-match': '*' } })
+        assert.equal(any.status, 200)
+      })
+
+      await t.test('If-Match: * on a missing plant is 412, not 404, and creates nothing', async () => {
+        await refusedAndUnchanged(server, await call(server, 'PUT', '/plants/77', { body: { name: 'x' }, headers: { 'if-match': '*' } }), '77', {})
+        await refusedAndUnchanged(server, await call(server, 'DELETE', '/plants/77', { headers: { 'if-match': '*' } }), '77', {})
+        await refusedAndUnchanged(server, await call(server, 'PUT', '/plants/77', { body: { name: 'x' }, headers: { 'if-match': '"3"' } }), '77', {})
+        assert.equal((await call(server, 'PUT', '/plants/77', { body: { name: 'x' } })).status, 404, 'without a condition: 404 as before')
+      })
+
+      await t.test('If-None-Match: * on POST: 412 when the id exists, whatever the data; 200 when it does not', async () => {
+        const before = await call(server, 'GET', `/plants/${BIG}`)
+        for (const body of [`{"id": ${BIG}, "name": "Any"}`, `{"id": ${BIG}, "name": ${JSON.stringify(before.body.name)}}`]) {
+          await refusedAndUnchanged(server, await call(server, 'POST', '/plants', { raw: body, headers: { 'if-none-match': '*' } }), BIG, { text: before.text, etag: etag(before) })
+        }
+        const fresh = await call(server, 'POST', '/plants', { body: { id: 88, name: 'New' }, headers: { 'if-none-match': '*' } })
+        assert.equal(fresh.status, 200)
+        etag(fresh)
+        assert.ok(isErrorBody(await call(server, 'POST', '/plants', { body: { id: 88, name: 'Other' } }), 409), 'without the condition, other data is still 409')
+      })
+
+      await t.test('a malformed condition is 400 with the Error body, never ignored', async () => {
+        for (const header of ['12', '"12', 'W/12', ',', 'W/"1" x']) {
+          const answer = await call(server, 'PUT', '/plants/88', { body: { name: 'Malformed' }, headers: { 'if-match': header } })
+          assert.ok(isErrorBody(answer, 400), `${header}: ${answer.status} ${answer.text}`)
+        }
+        assert.equal((await call(server, 'GET', '/plants/88')).body.name, 'New')
+        assert.ok(isErrorBody(await call(server, 'GET', '/plants/88', { headers: { 'if-none-match': 'nope' } }), 400))
+      })
+
+      await t.test('two clients racing a replace with the same ETag: exactly one 200, the others 412', async () => {
+        const version = etag(await call(server, 'GET', '/plants/88'))
+        const answers = await Promise.all(Array.from({ length: 6 }, (_, i) => call(server, 'PUT', '/plants/88', { body: { name: `racer ${i}` }, headers: { 'if-match': version } })))
+        const statuses = answers.map(answer => answer.status).sort()
+        assert.deepEqual(statuses, [200, 412, 412, 412, 412, 412])
+        const winner = answers.find(answer => answer.status === 200)!
+        const now = await call(server, 'GET', '/plants/88')
+        assert.equal(now.body.name, winner.body.name)
+        assert.equal(etag(now), etag(winner))
+      })
+
+      await t.test('a plant deleted and created again has a new ETag, never an earlier one', async () => {
+        const first = etag(await call(server, 'GET', '/plants/88'))
+        assert.equal((await call(server, 'DELETE', '/plants/88', { headers: { 'if-match': first } })).status, 204)
+        const again = await call(server, 'POST', '/plants', { body: { id: 88, name: 'New' } })
+        assert.equal(again.status, 200)
+        assert.ok(BigInt(JSON.parse(etag(again))) > BigInt(JSON.parse(first)), `${etag(again)} after ${first}`)
+        await refusedAndUnchanged(server, await call(server, 'PUT', '/plants/88', { body: { name: 'x' }, headers: { 'if-match': first } }), '88', { text: '{"id":88,"name":"New"}', etag: etag(again) })
+      })
+    })
+  })
+}
