@@ -25,7 +25,9 @@ const PAGE_SQL = `WITH bounds AS (${BOUNDS_SQL})
 SELECT bounds.head, bounds.floor, c.position, c.type, c.plant_id, c.name, c.tag, c.at
 FROM bounds LEFT JOIN LATERAL (
   SELECT * FROM changes
-  WHERE position > coalesce($1::int8, bounds.floor) AND position <= coalesce($1::int8, bounds.floor) + ${CHANGES_SCAN}
+  WHERE position > coalesce($1::int8, bounds.floor)
+    -- From beyond the head the read is gone anyway; bounding by the head keeps the sum within int8.
+    AND position <= least(coalesce($1::int8, bounds.floor), bounds.head) + ${CHANGES_SCAN}
     AND ($2::text IS NULL OR tag = $2 OR tag_before = $2)
   ORDER BY position LIMIT $3
 ) c ON true`

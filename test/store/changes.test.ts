@@ -46,6 +46,8 @@ for (const kind of testStores()) {
     assert.deepEqual(shown(await store.changes({ after: 2n, limit: 10 })).map(([position]) => position), [3n, 4n], 'after is exclusive')
     assert.deepEqual(await store.changes({ after: 4n, limit: 10 }), { changes: [], next: 4n }, 'nothing after the head, yet not gone')
     assert.equal(await store.changes({ after: 5n, limit: 10 }), 'gone', 'a position never reached')
+    assert.equal(await store.changes({ after: INT64_MAX, limit: 10 }), 'gone', 'the largest position of all')
+    assert.equal(await store.changes({ after: INT64_MAX, limit: 10, tag: 'shade' }), 'gone')
   })
 
   test(`${kind}: versions: a plant's is its last change's position; conditions are checked against it, and a refused write changes and logs nothing`, async (t) => {
