@@ -1,0 +1,214 @@
+// GET /plants/changes as Server-Sent Events, black box over real HTTP (SPEC section 9).
+import assert from 'node:assert/strict'
+import { readFileSync } from 'node:fs'
+import { connect } from 'node:net'
+import { describe, test } from 'node:test'
+import { call, cli, isErrorBody, startServer, testStores, type Server } from '../helpers.js'
+import { changeIn, openStream, type SseEvent } from '../sse.js'
+
+const BIG = '9223372036854775807'
+const sleep = async (ms: number): Promise<void> => await new Promise(resolve => setTimeout(resolve, ms))
+const isChange = (event: SseEvent): boolean => event.event?.startsWith('plant.') === true
+
+async function post (server: Server, id: number | string, name: string, tag?: string): Promise<void> {
+  const raw = `{"id": ${id}, "name": ${JSON.stringify(name)}${tag === undefined ? '' : `, "tag": ${JSON.stringify(tag)}`}}`
+  const answer = await call(server, 'POST', '/plants', { raw })
+  assert.equal(answer.status, 200, answer.text)
+}
+
+/** The server's resident set, from /proc. */
+function rssMiB (server: Server): number {
+  const kib = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${server.process.pid}/status`, 'utf8'))![1]
+  return Number(kib) / 1024
+}
+
+for (const store of testStores()) {
+  describe(store, () => {
+    test('a stream: headers, retry, each change as id, event and data, exact ids; resumed from Last-Event-ID', async (t) => {
+      const server = await startServer(t, { store })
+      await post(server, BIG, 'Fern', 'shade')
+      const stream = await openStream(`${server.url}/plants/changes`, server.token)
+      t.after(stream.close)
+      assert.equal(stream.status, 200)
+      assert.equal(stream.headers['content-type'], 'text/event-stream; charset=utf-8')
+      assert.equal(stream.headers['cache-control'], 'no-store')
+      assert.equal(stream.headers['x-accel-buffering'], 'no')
+      const [first] = await stream.until(1, isChange)
+      assert.equal(stream.retry, 1000)
+      assert.equal(first.id, '1')
+      assert.equal(first.event, 'plant.created')
+      assert.match(first.data, new RegExp(`^\\{"position":1,"type":"plant.created","id":${BIG},"plant":\\{"id":${BIG},"name":"Fern","tag":"shade"\\},"at":"[^"]+"\\}$`))
+      assert.equal((await call(server, 'PUT', `/plants/${BIG}`, { body: { name: 'Fern' } })).status, 200)
+      await call(server, 'DELETE', `/plants/${BIG}`)
+      const events = await stream.until(3, isChange)
+      assert.deepEqual(events.map(event => [event.id, event.event, changeIn(event).plant]), [
+        ['1', 'plant.created', { id: BIG, name: 'Fern', tag: 'shade' }],
+        ['2', 'plant.updated', { id: BIG, name: 'Fern' }],
+        ['3', 'plant.deleted', { id: BIG, name: 'Fern' }]
+      ])
+
+      const resumed = await openStream(`${server.url}/plants/changes?after=0`, server.token, { 'last-event-id': '2' })
+      t.after(resumed.close)
+      assert.deepEqual((await resumed.until(1, isChange)).map(event => event.id), ['3'], 'Last-Event-ID wins over after')
+      const bad = await openStream(`${server.url}/plants/changes`, server.token, { 'last-event-id': 'x' })
+      await bad.ended
+      assert.equal(bad.status, 400)
+      assert.equal(JSON.parse(bad.text()).error, 400)
+      const gone = await openStream(`${server.url}/plants/changes`, server.token, { 'last-event-id': '99' })
+      await gone.ended
+      assert.equal(gone.status, 410, 'a position the log never reached is a plain 410, not a stream')
+      assert.equal(JSON.parse(gone.text()).error, 410)
+      const anonymous = await openStream(`${server.url}/plants/changes`, null)
+      await anonymous.ended
+      assert.equal(anonymous.status, 401)
+    })
+
+    test('a filtered stream shows only its tag\'s changes and sends bookmarks past the others', async (t) => {
+      const server = await startServer(t, { store })
+      const stream = await openStream(`${server.url}/plants/changes?tag=rare`, server.token)
+      t.after(stream.close)
+      await sleep(1200) // a bookmark goes out at most once a second
+      for (let id = 1; id <= 5; id++) await post(server, id, 'plain')
+      const [bookmark] = await stream.until(1, event => event.event === 'bookmark', 5000)
+      // Bookmarks go out at most once a second (and with each heartbeat): this one marks the first of them passed.
+      assert.ok(Number(bookmark.id) >= 1 && Number(bookmark.id) <= 5, `bookmark ${String(bookmark.id)}`)
+      assert.deepEqual(JSON.parse(bookmark.data), { position: Number(bookmark.id) })
+      await post(server, 6, 'rare', 'rare')
+      const [shown] = await stream.until(1, isChange)
+      assert.equal(shown.id, '6')
+      assert.equal(stream.events.filter(isChange).length, 1, 'the plain plants are not shown')
+    })
+  })
+}
+
+// The rest runs on SQLite: the stream's bounds live in the server, whatever its store.
+describe('stream bounds (SQLite)', () => {
+  test('heartbeats: an idle stream gets a comment line within 15 s', { timeout: 20_000 }, async (t) => {
+    const server = await startServer(t)
+    const stream = await openStream(`${server.url}/plants/changes`, server.token)
+    t.after(stream.close)
+    const opened = performance.now()
+    while (!stream.comments.some(comment => comment.text.startsWith(': heartbeat'))) {
+      assert.ok(performance.now() - opened < 15_000, 'no heartbeat within 15 s')
+      await sleep(100)
+    }
+  })
+
+  test('resume across a SIGKILL and a restart: no change missed, none repeated', { timeout: 60_000 }, async (t) => {
+    const first = await startServer(t)
+    const seen: string[] = []
+    let last: string | undefined
+    let server = first
+    const follow = async (): Promise<void> => {
+      const stream = await openStream(`${server.url}/plants/changes`, server.token, last === undefined ? {} : { 'last-event-id': last })
+      assert.equal(stream.status, 200)
+      let read = 0
+      const collect = setInterval(() => {
+        for (const event of stream.events.slice(read).filter(isChange)) { seen.push(event.id!); last = event.id }
+        read = stream.events.length
+      }, 5)
+      await stream.ended
+      clearInterval(collect)
+      for (const event of stream.events.slice(read).filter(isChange)) { seen.push(event.id!); last = event.id }
+    }
+    let id = 0
+    const writeSome = async (target: Server, count: number): Promise<void> => {
+      for (let i = 0; i < count; i++) await post(target, ++id, `p${id}`)
+    }
+    const following = follow()
+    await writeSome(server, 50)
+    await sleep(100)
+    server.process.kill('SIGKILL')
+    await server.exited
+    await following
+    server = await startServer(t, { dir: first.dir, token: first.token })
+    await writeSome(server, 50)
+    const resumed = follow()
+    await writeSome(server, 50)
+    const deadline = Date.now() + 10_000
+    while (seen.length < 150 && Date.now() < deadline) await sleep(20)
+    server.process.kill('SIGKILL')
+    await resumed
+    assert.deepEqual(seen, Array.from({ length: 150 }, (_, i) => String(i + 1)))
+  })
+
+  test('a token revoked while its stream is open stops receiving within 5 s', async (t) => {
+    const server = await startServer(t)
+    const reader = cli(server, ['tokens', 'create', '--name', 'reader', '--scope', 'plants:read']).stdout.trim()
+    const stream = await openStream(`${server.url}/plants/changes`, reader)
+    assert.equal(stream.status, 200)
+    await post(server, 1, 'before')
+    await stream.until(1, isChange)
+    assert.equal(cli(server, ['tokens', 'revoke', 'reader']).status, 0)
+    const revoked = performance.now()
+    await Promise.race([stream.ended, sleep(5000)])
+    assert.ok(performance.now() - revoked < 5000, 'the stream ended within 5 s')
+    await post(server, 2, 'after')
+    await sleep(100)
+    assert.equal(stream.events.filter(isChange).length, 1)
+  })
+
+  test('past CHANGES_MAX_READERS, streams and waiting polls are refused with 503 and Retry-After; a place freed is taken again', async (t) => {
+    const server = await startServer(t, { env: { CHANGES_MAX_READERS: '2' } })
+    const one = await openStream(`${server.url}/plants/changes`, server.token)
+    const two = await openStream(`${server.url}/plants/changes`, server.token)
+    const three = await openStream(`${server.url}/plants/changes`, server.token)
+    await three.ended
+    assert.equal(three.status, 503)
+    assert.equal(three.headers['retry-after'], '1')
+    assert.equal(JSON.parse(three.text()).error, 503)
+    const poll = await call(server, 'GET', '/plants/changes?wait=5')
+    assert.ok(isErrorBody(poll, 503), poll.text)
+    assert.equal((await call(server, 'GET', '/plants/changes')).status, 200, 'a read that does not wait takes no place')
+    one.close()
+    await sleep(200)
+    const again = await openStream(`${server.url}/plants/changes`, server.token)
+    assert.equal(again.status, 200)
+    again.close()
+    two.close()
+  })
+
+  test('SIGTERM with streams and a long poll open: the process exits within SHUTDOWN_TIMEOUT, the streams end', async (t) => {
+    const server = await startServer(t, { env: { SHUTDOWN_TIMEOUT: '3' } })
+    const streams = await Promise.all([1, 2, 3].map(async () => await openStream(`${server.url}/plants/changes`, server.token)))
+    const poll = call(server, 'GET', '/plants/changes?wait=60').catch((error: Error) => error)
+    await sleep(200)
+    const started = performance.now()
+    server.process.kill('SIGTERM')
+    assert.equal(await server.exited, 0)
+    const took = performance.now() - started
+    assert.ok(took < 3000, `exited ${took.toFixed(0)} ms after SIGTERM`)
+    await Promise.all(streams.map(async stream => await stream.ended))
+    const answered = await poll
+    assert.ok(!(answered instanceof Error) && answered.status === 200, 'the long poll is answered with what it has')
+  })
+
+  test('a reader that stops reading while 10,000 changes are written is closed; memory stays bounded and another reader keeps up', { timeout: 90_000 }, async (t) => {
+    const server = await startServer(t)
+    // The stalled reader: a raw socket that sends the request and never reads a byte.
+    const stalled = connect(Number(new URL(server.url).port), '127.0.0.1')
+    t.after(() => stalled.destroy())
+    stalled.write(`GET /plants/changes HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\nAuthorization: Bearer ${server.token}\r\n\r\n`)
+    stalled.pause()
+    const reader = await openStream(`${server.url}/plants/changes`, server.token)
+    t.after(reader.close)
+    await sleep(200)
+    const before = rssMiB(server)
+    let peak = before
+    const sampler = setInterval(() => { peak = Math.max(peak, rssMiB(server)) }, 50)
+    t.after(() => clearInterval(sampler))
+    const name = 'n'.repeat(200)
+    const tag = 't'.repeat(100)
+    let next = 0
+    await Promise.all(Array.from({ length: 16 }, async () => {
+      for (let id = next++; id < 10_000; id = next++) await post(server, id, name, tag)
+    }))
+    await reader.until(10_000, isChange, 30_000)
+    const deadline = Date.now() + 20_000
+    while (!server.stdout().includes('"ended":"reader stalled"') && Date.now() < deadline) await sleep(100)
+    clearInterval(sampler)
+    assert.match(server.stdout(), /"ended":"reader stalled"/, 'the stalled reader\'s stream was closed')
+    assert.ok(peak - before < 64, `RSS grew ${(peak - before).toFixed(1)} MiB (from ${before.toFixed(1)} to ${peak.toFixed(1)})`)
+    assert.deepEqual(reader.events.filter(isChange).map(event => Number(event.id)), Array.from({ length: 10_000 }, (_, i) => i + 1))
+  })
+})
