@@ -199,3 +199,11 @@ export function alive (pid: number): boolean {
     return false
   }
 }
+
+/** Two servers on one new PostgreSQL schema, each its own process; the first prints the token both use. */
+export async function twoInstances (t: TestContext, env: NodeJS.ProcessEnv = {}): Promise<{ servers: Server[], url: string, schema: string }> {
+  const { url, schema } = await pgSchema(t)
+  const first = await startServer(t, { env: { DATABASE_URL: url, ...env } })
+  const second = await startServer(t, { env: { DATABASE_URL: url, ...env }, token: first.token })
+  return { servers: [first, second], url, schema }
+}

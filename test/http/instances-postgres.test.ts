@@ -5,16 +5,8 @@ import { spawn } from 'node:child_process'
 import { test } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { WINDOW_MS } from '../../src/rate-limit.js'
-import { call, cli, isErrorBody, MAIN, startServer, tempDir, type Answer, type Server } from '../helpers.js'
-import { adminQuery, PG_SKIP, PG_URL, pgSchema } from '../store/postgres-helpers.js'
-
-/** Two servers on one new schema; the first prints the token both use. */
-async function twoInstances (t: Parameters<typeof startServer>[0], env: NodeJS.ProcessEnv = {}): Promise<{ servers: Server[], url: string, schema: string }> {
-  const { url, schema } = await pgSchema(t)
-  const first = await startServer(t, { env: { DATABASE_URL: url, ...env } })
-  const second = await startServer(t, { env: { DATABASE_URL: url, ...env }, token: first.token })
-  return { servers: [first, second], url, schema }
-}
+import { call, cli, isErrorBody, MAIN, tempDir, twoInstances, type Answer, type Server } from '../helpers.js'
+import { adminQuery, PG_SKIP, PG_URL } from '../store/postgres-helpers.js'
 
 /**
  * Runs `phase` within one one-minute window of the rate limit: first waits for the next window
