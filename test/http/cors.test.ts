@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict'
 import { test } from 'node:test'
 import { call, cli, holdWriteLock, isErrorBody, startServer, type Answer, type Server } from '../helpers.js'
+import { openStream } from '../sse.js'
 
 const ALLOWED = ['http://garden.example:3000', 'https://shop.example']
 /** Look-alikes of the allowed ones (another port, no port, a longer host, another scheme) and an unrelated origin. */
@@ -108,6 +109,24 @@ test('with CORS_ORIGINS, the listed origins get CORS headers on every answer and
       assertCors(answer, origins[i], '503')
     })
   })
+})
+
+test('the change feed carries the CORS headers for a listed origin, and only for it: JSON, a 410, and a stream', async (t) => {
+  const server = await startServer(t, { env: { CORS_ORIGINS } })
+  assert.equal((await call(server, 'POST', '/plants', { body: { id: 1, name: 'Fern' } })).status, 200)
+  for (const origin of [...ALLOWED, ...REFUSED]) {
+    const headers = { origin }
+    const page = await call(server, 'GET', '/plants/changes', { headers })
+    assert.equal(page.status, 200)
+    assertCors(page, origin, 'the feed')
+    const gone = await call(server, 'GET', '/plants/changes?after=9', { headers })
+    assert.ok(isErrorBody(gone, 410))
+    assertCors(gone, origin, 'the feed\'s 410')
+    const stream = await openStream(`${server.url}/plants/changes`, server.token, headers)
+    stream.close()
+    assert.equal(stream.status, 200)
+    assertCors({ status: 200, headers: new Headers(stream.headers as Record<string, string>), text: '', body: undefined }, origin, 'a stream')
+  }
 })
 
 test('429 from the rate limit carries the CORS headers for a listed origin, and only for it', async (t) => {

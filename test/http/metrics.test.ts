@@ -4,6 +4,7 @@ import { connect } from 'node:net'
 import { test } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { rawExchange } from '../raw.js'
+import { openStream } from '../sse.js'
 import { call, holdWriteLock, isErrorBody, parseMetrics, sampleValue, startServer, type Sample, type Server } from '../helpers.js'
 
 async function scrape (server: Server): Promise<Sample[]> {
@@ -128,6 +129,34 @@ test('GET /metrics: the Prometheus text format, without a token, like the other 
     assert.deepEqual(keys(after), keys(before), 'the same series, no new ones')
     for (const method of methods) assert.equal(requests(after, method, 'unmatched', '404') - requests(before, method, 'unmatched', '404'), 200, method)
   })
+})
+
+test('the change log\'s metrics: changes written by type, the log\'s head and oldest kept position, readers by kind', async (t) => {
+  const server = await startServer(t)
+  await call(server, 'POST', '/plants', { body: { id: 1, name: 'Fern' } })
+  await call(server, 'POST', '/plants', { body: { id: 1, name: 'Fern' } }) // a retry logs nothing
+  await call(server, 'PUT', '/plants/1', { body: { name: 'Moss' } })
+  await call(server, 'DELETE', '/plants/1')
+  const stream = await openStream(`${server.url}/plants/changes`, server.token)
+  t.after(stream.close)
+  const poll = call(server, 'GET', '/plants/changes?after=3&wait=3')
+  await sleep(200)
+  const samples = await scrape(server)
+  for (const [type, count] of [['plant.created', 1], ['plant.updated', 1], ['plant.deleted', 1]] as const) {
+    assert.equal(sampleValue(samples, 'plantstore_changes_written_total', { type }), count, type)
+  }
+  assert.equal(sampleValue(samples, 'plantstore_changes_position', { end: 'head' }), 3)
+  assert.equal(sampleValue(samples, 'plantstore_changes_position', { end: 'oldest' }), 1)
+  assert.equal(sampleValue(samples, 'plantstore_changes_readers', { kind: 'stream' }), 1)
+  assert.equal(sampleValue(samples, 'plantstore_changes_readers', { kind: 'poll' }), 1)
+  await call(server, 'POST', '/plants', { body: { id: 2, name: 'Ivy' } })
+  assert.equal((await poll).status, 200)
+  stream.close()
+  await sleep(200)
+  const after = await scrape(server)
+  assert.equal(sampleValue(after, 'plantstore_changes_position', { end: 'head' }), 4)
+  assert.equal(sampleValue(after, 'plantstore_changes_readers', { kind: 'stream' }), 0)
+  assert.equal(sampleValue(after, 'plantstore_changes_readers', { kind: 'poll' }), 0)
 })
 
 test('while the store cannot write: requests and store calls in flight show, a 503 past the deadline counts as shed with its reason, and a client that leaves counts as 499', { timeout: 20_000 }, async (t) => {
