@@ -4,6 +4,8 @@
 // read. Commands (see also scripts/README.md):
 //   npm run bench             5 rounds of get, list and post, 3 s warm-up and 10 s measured per server and round
 //   npm run bench:writes      the store alone: CPU per write (scripts/bench-writes.ts)
+//   BENCH_BASE=../other npm run bench   POST also on another built checkout of the service (the commit
+//                             before a change, say), in the same rounds, against the same yardsticks
 //   BENCH_DATABASE_URL=postgres://… npm run bench   the same scenarios on PostgreSQL, against the
 //                             postgres yardstick (bare node:http, pg, the store's statements), on
 //                             one and on two instances of each, a fresh schema per scenario
@@ -24,7 +26,9 @@ import { queryOnce } from './postgres-query.js'
 
 type ScenarioName = 'get' | 'list' | 'post'
 type YardstickName = 'ceiling' | 'durable' | 'get' | 'list' | 'postgres' | 'postgres-js'
-type ServerName = YardstickName | 'service'
+/** The service as it runs; POST also with one SSE reader following its change feed, and (BENCH_BASE) another build of it. */
+type ServiceName = 'service' | 'service-sse' | 'base'
+type ServerName = YardstickName | ServiceName
 
 interface Options {
   seconds: number
@@ -41,7 +45,7 @@ interface Options {
 }
 
 /** One side of a comparison: a yardstick or the service, as one process or several driven at once. */
-interface Contender { name: ServerName, servers: Server[] }
+interface Contender { name: ServerName, servers: Server[], /** Its own wrk script (a token of its own store), if not the scenario's. */ script?: string }
 
 interface Server { name: ServerName, child: ChildProcess, pid: number, port: number, output: string[], exit?: string }
 
@@ -97,6 +101,7 @@ const WRK_TIMEOUT_SECONDS = 10
 const SEED_COUNT = 10_000
 const LOG_LEVEL = 'warn'
 const POSTGRES_URL = process.env.BENCH_DATABASE_URL
+const BASE = process.env.BENCH_BASE === undefined ? undefined : resolve(process.env.BENCH_BASE)
 // On PostgreSQL nothing is pinned: the database's processes need the cores too, and two
 // instances of a server must be free to use both.
 const PINNED = availableParallelism() >= 2 && POSTGRES_URL === undefined
@@ -115,6 +120,28 @@ const YARDSTICKS: Record<YardstickName, string> = {
   postgres: 'bare pg',
   'postgres-js': 'bare postgres.js'
 }
+const SERVICES: Record<ServiceName, string> = {
+  service: 'service',
+  'service-sse': 'service, one SSE reader following',
+  base: `service at ${BASE === undefined ? 'BENCH_BASE' : spawnSync('git', ['rev-parse', '--short', 'HEAD'], { cwd: BASE, encoding: 'utf8' }).stdout.trim()}`
+}
+const nameOf = (server: ServerName): string => server in SERVICES ? SERVICES[server as ServiceName] : YARDSTICKS[server as YardstickName]
+
+/**
+ * The SSE reader of 'service-sse': a process of its own (on wrk's CPU) that follows the change
+ * feed, resuming with Last-Event-ID, and prints how many changes it received when stopped.
+ */
+const FOLLOWER = `const http = require('node:http'); const [url, token] = process.argv.slice(1); let last; let received = 0
+function follow () {
+  const headers = { accept: 'text/event-stream', authorization: 'Bearer ' + token, ...(last === undefined ? {} : { 'last-event-id': last }) }
+  http.get(url, { headers }, (res) => {
+    res.setEncoding('utf8'); let buffer = ''
+    res.on('data', (chunk) => { buffer += chunk; const events = buffer.split('\\n\\n'); buffer = events.pop()
+      for (const event of events) { const id = /^id: (\\d+)\\nevent: plant\\./m.exec(event); if (id !== null) { last = id[1]; received++ } } })
+    res.on('end', () => setTimeout(follow, 100))
+  }).on('error', () => setTimeout(follow, 100))
+}
+follow(); process.on('SIGTERM', () => { process.stdout.write('received ' + received + ' changes, the last at position ' + last + '\\n'); process.exit(0) })`
 
 /** The yardsticks a scenario is compared with: on PostgreSQL, the one that runs the store's statements. */
 function yardsticksOf (scenario: ScenarioName, options: Options): YardstickName[] {
@@ -162,6 +189,7 @@ function readOptions (): Options {
 function checkTools (): void {
   if (spawnSync('wrk', ['-v']).error !== undefined) throw new Error('wrk is not installed; install it with: apt-get install wrk')
   if (!existsSync(join(ROOT, 'dist/cli/main.js'))) throw new Error('dist/ is missing; run npm run build first')
+  if (BASE !== undefined && !existsSync(join(BASE, 'dist/cli/main.js'))) throw new Error(`BENCH_BASE=${BASE} holds no built service (dist/cli/main.js); run npm ci there first`)
 }
 
 function tempDir (): string {
@@ -220,11 +248,11 @@ async function waitHealthy (server: Server): Promise<void> {
   }
 }
 
-async function startServer (name: ServerName, args: string[], env: Record<string, string>): Promise<Server> {
+async function startServer (name: ServerName, args: string[], env: Record<string, string>, cwd = ROOT): Promise<Server> {
   const port = await freePort()
   const [command, ...rest] = pinned(0, [process.execPath, ...args])
   // A clean environment: nothing of npm's or tsx's (NODE_OPTIONS) reaches the servers.
-  const child = track(spawn(command, rest, { cwd: ROOT, env: { PATH: process.env.PATH ?? '', ...env, PORT: String(port) }, stdio: ['ignore', 'pipe', 'pipe'] }))
+  const child = track(spawn(command, rest, { cwd, env: { PATH: process.env.PATH ?? '', ...env, PORT: String(port) }, stdio: ['ignore', 'pipe', 'pipe'] }))
   const server: Server = { name, child, pid: child.pid ?? 0, port, output: capture(child) }
   started.push(server)
   child.once('exit', (code, signal) => { server.exit = signal ?? `code ${code}` })
@@ -232,8 +260,8 @@ async function startServer (name: ServerName, args: string[], env: Record<string
   return server
 }
 
-function createToken (databaseUrl: string): string {
-  const run = spawnSync(process.execPath, ['dist/cli/main.js', 'tokens', 'create', '--name', 'bench'], { cwd: ROOT, env: { PATH: process.env.PATH ?? '', DATABASE_URL: databaseUrl }, encoding: 'utf8' })
+function createToken (databaseUrl: string, root = ROOT): string {
+  const run = spawnSync(process.execPath, ['dist/cli/main.js', 'tokens', 'create', '--name', 'bench'], { cwd: root, env: { PATH: process.env.PATH ?? '', DATABASE_URL: databaseUrl }, encoding: 'utf8' })
   if (run.status !== 0) throw new Error(`tokens create failed: ${run.stderr}`)
   return run.stdout.trim()
 }
@@ -284,10 +312,19 @@ function startArguments (): string[] {
 
 const SERVICE_ARGUMENTS = startArguments()
 
-async function startService (databaseUrl: string): Promise<Server> {
+async function startService (databaseUrl: string, name: ServiceName = 'service', token?: string): Promise<Server> {
   const env = { HOST: '127.0.0.1', DATABASE_URL: databaseUrl, LOG_LEVEL, RATE_LIMIT_PER_MINUTE: '0' }
-  return await startServer('service', SERVICE_ARGUMENTS, env)
+  const server = await startServer(name, SERVICE_ARGUMENTS, env, name === 'base' ? BASE : ROOT)
+  if (name === 'service-sse' && token !== undefined) {
+    const [command, ...args] = pinned(1, [process.execPath, '-e', FOLLOWER, `http://127.0.0.1:${server.port}/plants/changes`, token])
+    const follower = track(spawn(command, args, { env: { PATH: process.env.PATH ?? '' }, stdio: ['ignore', 'pipe', 'pipe'] }))
+    followers.push({ server, child: follower, output: capture(follower) })
+  }
+  return server
 }
+
+/** The SSE readers of 'service-sse', and what they printed when stopped. */
+const followers: Array<{ server: Server, child: ChildProcess, output: string[] }> = []
 
 /** One seeded plant; a 503 is retried after its Retry-After, as the contract asks of clients (the same plant again is a safe retry). */
 async function postPlant (port: number, token: string, id: number, attempt = 1): Promise<void> {
@@ -506,8 +543,9 @@ function labelOf (scenario: ScenarioName, instances: number, options: Options): 
 
 async function measure (contender: Contender, scenario: ScenarioName, instances: number, round: number, turn: number, script: string, options: Options): Promise<Row> {
   const { name, servers } = contender
+  script = contender.script ?? script
   const label = labelOf(scenario, instances, options)
-  const what = `${label} on the ${name === 'service' ? 'service' : YARDSTICKS[name]}, round ${round}`
+  const what = `${label} on the ${nameOf(name)}, round ${round}`
   process.stderr.write(`${what}: ${WARMUP_SECONDS} s warm-up, ${options.seconds} s measured\n`)
   const scoped = servers.map(server => resetPeak(server.pid)).every(Boolean)
   const warmUp = check(await wrkAll(servers, script, WARMUP_SECONDS, options.connections), `${what} (warm-up)`)
@@ -556,6 +594,8 @@ interface Comparison {
   key: string
   scenario: ScenarioName
   instances: number
+  /** Which build of the service, or the service with an SSE reader. */
+  service: ServiceName
   yardstick: YardstickName
   rounds: number[]
   median: number
@@ -566,25 +606,28 @@ interface Comparison {
 }
 
 /** The service's throughput over the yardstick's in one round of a scenario. */
-function roundRatio (rows: Row[], scenario: ScenarioName, instances: number, yardstick: YardstickName, round: number): number | undefined {
+function roundRatio (rows: Row[], scenario: ScenarioName, instances: number, yardstick: YardstickName, round: number, serviceName: ServiceName = 'service'): number | undefined {
   const of = (server: ServerName): number | undefined =>
     rows.find(r => r.scenario === scenario && r.instances === instances && r.server === server && r.round === round)?.requestsPerSecond
-  const [service, other] = [of('service'), of(yardstick)]
+  const [service, other] = [of(serviceName), of(yardstick)]
   return service === undefined || other === undefined ? undefined : round3(service / other)
 }
 
 function comparisons (rows: Row[], options: Options): Comparison[] {
-  return options.instances.flatMap(instances => options.only.flatMap(scenario => yardsticksOf(scenario, options).map(yardstick => {
-    const rounds = Array.from({ length: options.rounds }, (_, i) => roundRatio(rows, scenario, instances, yardstick, i + 1))
+  const services = (Object.keys(SERVICES) as ServiceName[]).filter(name => rows.some(r => r.server === name))
+  return options.instances.flatMap(instances => options.only.flatMap(scenario => services.flatMap(service => yardsticksOf(scenario, options).flatMap((yardstick): Comparison[] => {
+    const rounds = Array.from({ length: options.rounds }, (_, i) => roundRatio(rows, scenario, instances, yardstick, i + 1, service))
       .filter((ratio): ratio is number => ratio !== undefined)
+    if (rounds.length === 0) return []
     const key = `${scenario}/${yardstick}`
     const value = round3(median(rounds))
-    const target = TARGETS.ratio[key]
+    // The targets are the service's own; the other builds and setups are figures beside it.
+    const target = service === 'service' ? TARGETS.ratio[key] : undefined
     const cpuOf = (server: ServerName, round: number): number | undefined =>
       rows.find(r => r.scenario === scenario && r.instances === instances && r.server === server && r.round === round)?.cpuUsPerRequest
-    const cpu = Array.from({ length: options.rounds }, (_, i) => (cpuOf('service', i + 1) ?? Number.NaN) / (cpuOf(yardstick, i + 1) ?? Number.NaN)).filter(Number.isFinite)
-    return { key, scenario, instances, yardstick, rounds, median: value, cpuPerRequest: round3(median(cpu)), target, met: target === undefined ? undefined : value >= target }
-  })))
+    const cpu = Array.from({ length: options.rounds }, (_, i) => (cpuOf(service, i + 1) ?? Number.NaN) / (cpuOf(yardstick, i + 1) ?? Number.NaN)).filter(Number.isFinite)
+    return [{ key, scenario, instances, service, yardstick, rounds, median: value, cpuPerRequest: round3(median(cpu)), target, met: target === undefined ? undefined : value >= target }]
+  }))))
 }
 
 interface Limits { scenario: ScenarioName, instances: number, p99Ms: { median: number, max: number, met: boolean }, peakRssMiB: { median: number, max: number, met: boolean } }
@@ -611,14 +654,14 @@ function markdown (header: string[], cells: string[][]): string {
 }
 
 function printTables (rows: Row[], compared: Comparison[], limits: Limits[], options: Options): void {
-  const ratioOf = (r: Row): string => r.server === 'service' ? '' : (roundRatio(rows, r.scenario, r.instances, r.server, r.round)?.toFixed(3) ?? '')
+  const ratioOf = (r: Row): string => r.server in SERVICES ? '' : (roundRatio(rows, r.scenario, r.instances, r.server as YardstickName, r.round)?.toFixed(3) ?? '')
   console.log(markdown(
     ['scenario', 'round', 'turn', 'server', 'req/s', 'errors (warm-up)', 'p50 ms', 'p99 ms', 'CPU µs/req', 'RSS start→end MiB', 'peak RSS MiB', PINNED ? 'CPU 0 steal %' : 'steal %', 'service / this'],
-    rows.map(r => [r.label, String(r.round), String(r.turn), r.server === 'service' ? 'service' : YARDSTICKS[r.server], String(r.requestsPerSecond), `${r.errors} (${r.warmUpErrors})`,
+    rows.map(r => [r.label, String(r.round), String(r.turn), nameOf(r.server), String(r.requestsPerSecond), `${r.errors} (${r.warmUpErrors})`,
       r.p50Ms.toFixed(2), r.p99Ms.toFixed(2), r.cpuUsPerRequest.toFixed(1), `${r.rssStartMiB.toFixed(1)} → ${r.rssEndMiB.toFixed(1)}`, r.peakRssMiB.toFixed(1), r.stealPercent.toFixed(1), ratioOf(r)])))
   console.log('')
   console.log(markdown(['the service against', 'ratio per round', 'median', 'target', '', 'CPU per request: service ÷ this (median)'],
-    compared.map(c => [`${labelOf(c.scenario, c.instances, options)} vs ${YARDSTICKS[c.yardstick]}`, c.rounds.map(n => n.toFixed(3)).join(', '), `**${c.median.toFixed(3)}**`,
+    compared.map(c => [`${labelOf(c.scenario, c.instances, options)}${c.service === 'service' ? '' : ` (${SERVICES[c.service]})`} vs ${YARDSTICKS[c.yardstick]}`, c.rounds.map(n => n.toFixed(3)).join(', '), `**${c.median.toFixed(3)}**`,
       c.target === undefined ? '—' : `≥ ${c.target}`, c.met === undefined ? '' : met(c.met), c.cpuPerRequest.toFixed(2)])))
   console.log('')
   console.log(markdown(['service', 'p99 ms: median (worst round)', `target ≤ ${TARGETS.p99Ms}`, 'peak RSS MiB: median (worst round)', `target ≤ ${TARGETS.peakRssMiB}`],
@@ -694,6 +737,12 @@ async function stop (child: ChildProcess): Promise<void> {
   clearTimeout(timer)
 }
 
+/** Stops the SSE readers first, and says what each received. */
+async function stopFollowers (): Promise<string[]> {
+  await Promise.all(followers.map(async follower => await stop(follower.child)))
+  return followers.splice(0).map(follower => `Note: the SSE reader of the service on port ${follower.server.port} ${linesOf(follower.output).join(' ') || 'printed nothing'}.`)
+}
+
 async function cleanUp (): Promise<void> {
   await Promise.all([...children].map(stop))
   for (const dir of tempDirs.splice(0)) rmSync(dir, { recursive: true, force: true })
@@ -708,7 +757,7 @@ function turns<T> (servers: T[], round: number): T[] {
 
 function errorNotes (rows: Row[]): string[] {
   return rows.filter(r => r.errorDetail !== undefined).map(r =>
-    `Errors: ${r.label}, round ${r.round}, ${r.server === 'service' ? 'service' : YARDSTICKS[r.server]}: ${r.errorDetail ?? ''}`)
+    `Errors: ${r.label}, round ${r.round}, ${nameOf(r.server)}: ${r.errorDetail ?? ''}`)
 }
 
 /** A scenario's rounds: in each, the contenders take turns in the rotated order. */
@@ -731,9 +780,22 @@ async function runSqlite (options: Options): Promise<{ rows: Row[], service: Ser
   for (const name of new Set(options.only.flatMap(s => SCENARIOS[s].yardsticks))) yardsticks.set(name, await startYardstick(name, script, token, dir))
   const service = await startService(databaseUrl)
   if (reads) await seed(service.port, token)
+  // POST also with an SSE reader following the feed, and on the other build: each its own file.
+  const others: Contender[] = []
+  if (options.only.includes('post')) {
+    const other = async (name: ServiceName): Promise<Contender> => {
+      const own = join(dir, name)
+      mkdirSync(own)
+      const ownToken = createToken(join(own, 'plantstore.db'), name === 'base' ? BASE : ROOT)
+      return { name, servers: [await startService(join(own, 'plantstore.db'), name, ownToken)], script: writeLua(own, 'post', ownToken) }
+    }
+    others.push(await other('service-sse'))
+    if (BASE !== undefined) others.push(await other('base'))
+  }
   const rows: Row[] = []
   for (const scenario of options.only) {
-    const contenders = [...SCENARIOS[scenario].yardsticks.map(name => ({ name, servers: [yardsticks.get(name) as Server] })), { name: 'service' as const, servers: [service] }]
+    const contenders = [...SCENARIOS[scenario].yardsticks.map(name => ({ name, servers: [yardsticks.get(name) as Server] })), { name: 'service' as const, servers: [service] },
+      ...(scenario === 'post' ? others : [])]
     rows.push(...await rounds(scenario, 1, contenders, writeLua(dir, scenario, token), options))
   }
   return { rows, service, dir, token }
@@ -823,7 +885,7 @@ async function main (): Promise<void> {
   })
   try {
     const results = await run(options)
-    const extra = [...notes(options, machine), ...results.errors, ...serviceProblems()]
+    const extra = [...notes(options, machine), ...await stopFollowers(), ...results.errors, ...serviceProblems()]
     console.log('\n' + extra.join('\n'))
     const settings = { ...options, databaseUrl: options.databaseUrl === undefined ? undefined : 'set', warmupSeconds: WARMUP_SECONDS, threads: 1, pinned: PINNED, logLevel: LOG_LEVEL, seeded: SEED_COUNT }
     const ended = { loadAverageAtEnd: loadavg().map(n => Math.round(n * 100) / 100) }
