@@ -18,6 +18,25 @@ export type ListQuery = NonNullable<operations['listPlants']['parameters']['quer
 /** One page of GET /plants; `next` is the query of its `Link: rel="next"`, while more plants remain. */
 export interface Page { plants: PlantRecord[], next?: ListQuery }
 
+/** One change of the log: `position` is its place (and the plant's ETag after it); for a delete, `plant` is as it was. */
+export interface Change { position: bigint, type: Schemas['Change']['type'], id: bigint, plant: PlantRecord, at: Date }
+
+/** What `changes` follows: after a position (the oldest kept when absent), only a tag's plants; `signal` stops it. */
+export interface ChangesQuery {
+  /** Start after this position: the `Changes-Position` of a list, or the last change's `position` handled. */
+  after?: bigint
+  tag?: string
+  /** Changes fetched per request (1 to 1000, 100 by default). */
+  limit?: number
+  /** Seconds a request waits for a change when there is none (1 to 60, 30 by default): the long poll. */
+  wait?: number
+  /** Ends the iteration (it returns) when aborted. */
+  signal?: AbortSignal
+}
+
+/** A plant and its ETag (`"N"`, its version), to send back in `ifMatch`. */
+export interface Versioned { plant: PlantRecord, etag: string }
+
 export interface ClientOptions {
   /** Where the service answers, such as `http://127.0.0.1:8080`; a path prefix is kept. */
   baseUrl: string
@@ -29,7 +48,7 @@ export interface ClientOptions {
 
 /** Any answer other than a success: its status, its Error body and, on 429 and 503, its Retry-After. */
 export class PlantstoreError extends Error {
-  override readonly name = 'PlantstoreError'
+  override readonly name: string = 'PlantstoreError'
 
   constructor (
     readonly status: number,
@@ -41,6 +60,14 @@ export class PlantstoreError extends Error {
   ) {
     super(message)
   }
+}
+
+/**
+ * The change log no longer holds the changes after the position asked for (retention, or an
+ * import started it anew): list the plants again, then follow from that list's position.
+ */
+export class ChangesGoneError extends PlantstoreError {
+  override readonly name = 'ChangesGoneError'
 }
 
 /** The id itself: a number would already have lost any id beyond 2^53, so it is refused. */
@@ -68,6 +95,13 @@ function queryText ({ limit, tag, after }: ListQuery): string {
 // RFC 8288: the target of the link whose rel, among others perhaps, is "next".
 const NEXT_LINK = /<([^>]*)>[^<]*?;\s*rel\s*=\s*"?(?:[^"<]*\s)?next(?=[\s";,]|$)/i
 
+/** The `after` of a `Link: rel="next"`, exact. */
+function nextAfter (link: string | null): bigint | undefined {
+  const target = NEXT_LINK.exec(link ?? '')?.[1]
+  const after = target === undefined ? null : new URL(target, 'http://link.invalid').searchParams.get('after')
+  return after === null || !/^\d+$/.test(after) ? undefined : BigInt(after)
+}
+
 function nextQuery (link: string | null): ListQuery | undefined {
   const target = NEXT_LINK.exec(link ?? '')?.[1]
   if (target === undefined) return undefined
@@ -93,11 +127,16 @@ function toPlant (value: unknown): Plant {
   return tag === undefined ? { name } : { name, tag }
 }
 
+function toChange (value: unknown): Change {
+  const { position, type, id, plant, at } = value as { position: number | bigint, type: Change['type'], id: number | bigint, plant: unknown, at: string }
+  return { position: BigInt(position), type, id: BigInt(id), plant: toRecord(plant), at: new Date(at) }
+}
+
 function failure (response: Response, text: string): PlantstoreError {
   let body: Partial<ErrorBody> | undefined
   try { body = parseJson(text) as Partial<ErrorBody> } catch { body = undefined }
   const retryAfter = response.headers.get('retry-after') ?? ''
-  return new PlantstoreError(
+  return new (response.status === 410 ? ChangesGoneError : PlantstoreError)(
     response.status,
     typeof body?.error === 'number' && typeof body.message === 'string' ? { error: body.error, message: body.message } : undefined,
     /^\d+$/.test(retryAfter) ? Number(retryAfter) : undefined
@@ -111,19 +150,33 @@ function failure (response: Response, text: string): PlantstoreError {
 export function createClient ({ baseUrl, token, fetch: fetchFunction = globalThis.fetch }: ClientOptions) {
   const base = baseUrl.replace(/\/+$/, '')
 
-  /** The answer's JSON (undefined for none) and headers; throws PlantstoreError unless it is a success. */
-  async function send (method: string, path: string, body?: string): Promise<{ value: unknown, headers: Headers }> {
+  /**
+   * The answer's JSON (undefined for none), headers and status; throws PlantstoreError unless it
+   * is a success (or a 304, which answers no value).
+   */
+  async function send (method: string, path: string, body?: string, conditions: Record<string, string | undefined> = {}, signal?: AbortSignal): Promise<{ value: unknown, headers: Headers, status: number }> {
     const headers: Record<string, string> = { authorization: `Bearer ${token}` }
     if (body !== undefined) headers['content-type'] = 'application/json'
-    const response = await fetchFunction(base + path, { method, headers, body })
+    for (const [name, value] of Object.entries(conditions)) if (value !== undefined) headers[name] = value
+    const response = await fetchFunction(base + path, { method, headers, body, signal })
     const text = await response.text()
-    if (!response.ok) throw failure(response, text)
-    if (text === '') return { value: undefined, headers: response.headers }
+    if (!response.ok && response.status !== 304) throw failure(response, text)
+    if (text === '') return { value: undefined, headers: response.headers, status: response.status }
     try {
-      return { value: parseJson(text), headers: response.headers }
+      return { value: parseJson(text), headers: response.headers, status: response.status }
     } catch {
       throw new PlantstoreError(response.status, undefined, undefined, `The server answered ${response.status} with a body that is not JSON.`)
     }
+  }
+
+  async function getVersioned (id: bigint, { ifNoneMatch }: { ifNoneMatch?: string } = {}): Promise<Versioned | 'not-modified'> {
+    const { value, headers, status } = await send('GET', `/plants/${exactId(id)}`, undefined, { 'if-none-match': ifNoneMatch })
+    return status === 304 ? 'not-modified' : { plant: toRecord(value), etag: headers.get('etag') ?? '' }
+  }
+
+  async function replaceVersioned (id: bigint, { name, tag }: Plant, { ifMatch }: { ifMatch?: string } = {}): Promise<Versioned> {
+    const { value, headers } = await send('PUT', `/plants/${exactId(id)}`, toJson({ name, tag }), { 'if-match': ifMatch })
+    return { plant: toRecord(value), etag: headers.get('etag') ?? '' }
   }
 
   async function listPlants (query: ListQuery = {}): Promise<Page> {
@@ -138,14 +191,20 @@ export function createClient ({ baseUrl, token, fetch: fetchFunction = globalThi
      * with the same name and tag again is a safe retry and answers the same; with anything else it
      * throws a PlantstoreError with status 409, and the stored plant is unchanged.
      */
-    async createPlant ({ id, name, tag }: NewPlant): Promise<Plant> {
-      return toPlant((await send('POST', '/plants', toJson({ id: exactId(id), name, tag }))).value)
+    async createPlant ({ id, name, tag }: NewPlant, { ifNoneMatch }: { ifNoneMatch?: '*' } = {}): Promise<Plant> {
+      return toPlant((await send('POST', '/plants', toJson({ id: exactId(id), name, tag }), { 'if-none-match': ifNoneMatch })).value)
     },
 
     /** GET /plants/{id}; a PlantstoreError with status 404 when no plant has the id. */
     async getPlant (id: bigint): Promise<PlantRecord> {
       return toRecord((await send('GET', `/plants/${exactId(id)}`)).value)
     },
+
+    /**
+     * GET /plants/{id} with the plant's ETag; 'not-modified' (304) when `ifNoneMatch` names it:
+     * the copy held is current.
+     */
+    getVersioned,
 
     /** One page of plants ordered by id, and the query for the next page if there is one. */
     listPlants,
@@ -159,14 +218,55 @@ export function createClient ({ baseUrl, token, fetch: fetchFunction = globalThi
       }
     },
 
-    /** PUT /plants/{id}: sets name and tag (no tag removes it); 404 when no plant has the id. */
-    async replacePlant (id: bigint, { name, tag }: Plant): Promise<PlantRecord> {
-      return toRecord((await send('PUT', `/plants/${exactId(id)}`, toJson({ name, tag }))).value)
+    /**
+     * PUT /plants/{id}: sets name and tag (no tag removes it); 404 when no plant has the id. With
+     * `ifMatch` (an ETag, several separated by commas, or '*'), 412 unless the plant is at one of them.
+     */
+    async replacePlant (id: bigint, plant: Plant, conditions: { ifMatch?: string } = {}): Promise<PlantRecord> {
+      return (await replaceVersioned(id, plant, conditions)).plant
     },
 
-    /** DELETE /plants/{id}; 404 when no plant has the id. */
-    async deletePlant (id: bigint): Promise<void> {
-      await send('DELETE', `/plants/${exactId(id)}`)
+    /** `replacePlant`, answering the plant's new ETag too. */
+    replaceVersioned,
+
+    /** DELETE /plants/{id}; 404 when no plant has the id; with `ifMatch`, 412 as for `replacePlant`. */
+    async deletePlant (id: bigint, { ifMatch }: { ifMatch?: string } = {}): Promise<void> {
+      await send('DELETE', `/plants/${exactId(id)}`, undefined, { 'if-match': ifMatch })
+    },
+
+    /**
+     * Every change after `after`, in order, for as long as the caller iterates: long polls of
+     * GET /plants/changes, resumed after the last position read across lost connections, 429 and
+     * 503 (after their Retry-After, else a growing pause of up to 5 s). Throws ChangesGoneError
+     * (410) when the log no longer holds what follows, and PlantstoreError on any other refusal.
+     */
+    async * changes ({ after, tag, limit, wait = 30, signal }: ChangesQuery = {}): AsyncGenerator<Change, void, undefined> {
+      let pause = 100
+      const stopped = (): boolean => signal?.aborted === true
+      while (!stopped()) {
+        const params = new URLSearchParams({ wait: String(wait) })
+        if (after !== undefined) params.set('after', String(after))
+        if (tag !== undefined) params.set('tag', tag)
+        if (limit !== undefined) params.set('limit', String(limit))
+        let answer: { value: unknown, headers: Headers }
+        try {
+          answer = await send('GET', `/plants/changes?${params.toString()}`, undefined, {}, signal)
+        } catch (error) {
+          if (stopped()) return
+          const retryable = error instanceof PlantstoreError ? error.status === 429 || error.status === 503 : error instanceof TypeError // fetch's network failure
+          if (!retryable) throw error
+          const seconds = error instanceof PlantstoreError ? error.retryAfter : undefined
+          await new Promise(resolve => setTimeout(resolve, seconds !== undefined ? seconds * 1000 : pause))
+          pause = Math.min(pause * 2, 5000)
+          continue
+        }
+        pause = 100
+        for (const change of (answer.value as unknown[]).map(toChange)) {
+          after = change.position
+          yield change
+        }
+        after = nextAfter(answer.headers.get('link')) ?? after
+      }
     }
   }
 }
