@@ -91,7 +91,7 @@ function holdSyncs (t: TestContext, store: SqliteStore): Array<(error: NodeJS.Er
   const alive = setInterval(() => {}, 1000) // a real fdatasync keeps the process alive; this one does not
   t.after(() => clearInterval(alive))
   const held: Array<(error: NodeJS.ErrnoException | null) => void> = []
-  ;(store as unknown as { syncWal: unknown }).syncWal = (_fd: number, done: (error: NodeJS.ErrnoException | null) => void) => { held.push(done) }
+  store.wal.syncWal = (_fd: number, done: (error: NodeJS.ErrnoException | null) => void) => { held.push(done) }
   return held
 }
 
@@ -113,7 +113,7 @@ test('an fdatasync that never returns (a stalled disk) is backstopped: its write
   }
   const still = await timed(store.create({ id: 5n, name: 'still stuck' }))
   assert.ok(still.error instanceof StoreUnavailableError && still.ms < 100, 'answered writes still wait for their fdatasync: the cap still counts them')
-  ;(store as unknown as { syncWal: unknown }).syncWal = fdatasync // the disk comes back
+  store.wal.syncWal = fdatasync // the disk comes back
   held[0](null)
   assert.equal((await store.create({ id: 6n, name: 'after' })).outcome, 'created', 'the next write is durable and answered')
   assert.equal((await store.create({ id: 1n, name: 'stuck' })).outcome, 'same', 'a write answered 503 by the backstop was committed all the same: its retry is safe')
@@ -135,7 +135,7 @@ test('after an fdatasync of the WAL fails (EIO), nothing of its batch is answere
     assert.match((result as PromiseRejectedResult).reason.message, /fdatasync of the WAL failed \(EIO/)
   }
   // Even if later syncs succeed, the pages the kernel failed to write may be gone: refused, at once.
-  ;(store as unknown as { syncWal: unknown }).syncWal = (_fd: number, done: (error: null) => void) => { done(null) }
+  store.wal.syncWal = (_fd: number, done: (error: null) => void) => { done(null) }
   const later = await timed(store.create({ id: 4n, name: 'later' }))
   assert.ok(later.error instanceof StoreUnavailableError && later.ms < 100, `refused at once, got ${String(later.error)} after ${later.ms} ms`)
   const read = await timed(store.get(1n))

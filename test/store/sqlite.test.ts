@@ -37,7 +37,7 @@ test('each commit is reported to onCommit with the number of writes it carried',
 /** Replaces the store's fdatasync of the WAL with one that waits until the test lets it return. */
 function holdSyncs (store: SqliteStore): Array<() => void> {
   const held: Array<() => void> = []
-  ;(store as unknown as { syncWal: unknown }).syncWal = (_fd: number, done: (error: null) => void) => { held.push(() => done(null)) }
+  store.wal.syncWal = (_fd: number, done: (error: null) => void) => { held.push(() => done(null)) }
   return held
 }
 
