@@ -31,7 +31,9 @@ export function plantCreator (db: Database.Database): (id: bigint, name: string,
  * The plant writes of the write connection, each with its entry in the change log: the next
  * position (the head's successor: this connection is the only writer while its transaction
  * runs) becomes the plant's version. Each write is a savepoint of the turn's transaction, so a
- * write that fails halfway leaves neither its plant nor its change.
+ * write that fails halfway leaves neither its plant nor its change. The head is read once per
+ * transaction (`begin`), advanced in memory by each write that logged a change, and stored once
+ * (`end`) before the commit.
  */
 function plantWrites (db: Database.Database) {
   const sql = {
@@ -43,37 +45,50 @@ function plantWrites (db: Database.Database) {
     log: db.prepare('INSERT INTO changes (position, type, plant_id, name, tag, tag_before, at) VALUES (?, ?, ?, ?, ?, ?, ?)')
   }
   const create = plantCreator(db)
-  const next = (): bigint => (sql.head.get() as bigint) + 1n
+  /** The head as read at the transaction's start, and as this transaction's writes advanced it. */
+  let read = 0n
+  let head = 0n
+  const next = (): bigint => head + 1n
   const log = (position: bigint, type: ChangeType, id: bigint, name: string, tag: string | null, tagBefore: string | null): void => {
-    sql.advance.run(position)
     sql.log.run(position, type, id, name, tag, tagBefore, Date.now())
+  }
+  /** Runs one write in its savepoint; the head moves only once the savepoint is released. */
+  const logged = <A extends unknown[], R>(write: (...args: A) => R, position: (result: R) => bigint | undefined) => {
+    const inSavepoint = db.transaction(write)
+    return (...args: A): R => {
+      const result = inSavepoint(...args)
+      head = position(result) ?? head
+      return result
+    }
   }
   type Stored = [name: string, tag: string | null, version: bigint]
   /** Why a write on a plant that is missing or at another version did nothing. */
   const refusal = (stored: Stored | undefined, ifMatch: Versions | undefined): 'not-found' | 'precondition-failed' =>
     stored === undefined && ifMatch === undefined ? 'not-found' : 'precondition-failed'
   return {
-    create: db.transaction((id: bigint, name: string, tag: string | null) => {
+    begin: () => { read = head = sql.head.get() as bigint },
+    end: () => { if (head !== read) sql.advance.run(head) },
+    create: logged((id: bigint, name: string, tag: string | null) => {
       const created = create(id, name, tag, next())
       if (created.outcome === 'created') log(created.version, 'plant.created', id, name, tag, null)
       return created
-    }),
-    replace: db.transaction((id: bigint, name: string, tag: string | null, ifMatch?: Versions): VersionedPlant | 'not-found' | 'precondition-failed' => {
+    }, created => created.outcome === 'created' ? created.version : undefined),
+    replace: logged((id: bigint, name: string, tag: string | null, ifMatch?: Versions): VersionedPlant | 'not-found' | 'precondition-failed' => {
       const stored = sql.stored.get(id) as Stored | undefined
       if (stored === undefined || !meets(ifMatch, stored[2])) return refusal(stored, ifMatch)
       const version = next()
       sql.update.run(name, tag, version, id)
       log(version, 'plant.updated', id, name, tag, stored[1])
       return { plant: rowToPlant([id, name, tag]), version }
-    }),
-    remove: db.transaction((id: bigint, ifMatch?: Versions): { position: bigint } | 'not-found' | 'precondition-failed' => {
+    }, replaced => typeof replaced === 'object' ? replaced.version : undefined),
+    remove: logged((id: bigint, ifMatch?: Versions): { position: bigint } | 'not-found' | 'precondition-failed' => {
       const stored = sql.stored.get(id) as Stored | undefined
       if (stored === undefined || !meets(ifMatch, stored[2])) return refusal(stored, ifMatch)
       sql.remove.run(id)
       const position = next()
       log(position, 'plant.deleted', id, stored[0], stored[1], stored[1])
       return { position }
-    })
+    }, removed => typeof removed === 'object' ? removed.position : undefined)
   }
 }
 
@@ -146,20 +161,27 @@ export function openWriter (path: string): Writer {
     // Keeps the WAL file's size near what it holds since its last restart, so its size tells
     // when to checkpoint; the truncation keeps its inode (docs/durability.md).
     db.pragma(`journal_size_limit = ${WAL_LIMIT_BYTES}`)
-    const operations = operationsOf(prepare(db))
+    const sql = prepare(db)
+    const plants = sql.plants
+    const operations = operationsOf(sql)
     // A failing write leaves the others intact: a plant write runs in a savepoint of its own
     // (plantWrites), and every other operation changes rows with one statement at most, which
     // SQLite undoes by itself when it fails.
     // Some errors (a full disk, an I/O error) make SQLite roll back the whole transaction: then
     // the transaction stops there and throws, and no write of it is stored.
-    const run = db.transaction((writes: Array<{ op: Operation, args: unknown[] }>): WriteResult[] => writes.map(({ op, args }) => {
-      try {
-        return [true, (operations[op] as (...args: unknown[]) => unknown)(...args)]
-      } catch (error) {
-        if (!db.inTransaction) throw error
-        return [false, error]
-      }
-    }))
+    const run = db.transaction((writes: Array<{ op: Operation, args: unknown[] }>): WriteResult[] => {
+      plants.begin()
+      const results = writes.map(({ op, args }): WriteResult => {
+        try {
+          return [true, (operations[op] as (...args: unknown[]) => unknown)(...args)]
+        } catch (error) {
+          if (!db.inTransaction) throw error
+          return [false, error]
+        }
+      })
+      plants.end()
+      return results
+    })
     return { db, run: writes => run.immediate(writes) }
   } catch (error) {
     db.close()

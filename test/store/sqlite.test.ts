@@ -161,6 +161,26 @@ test('a write that makes SQLite roll back the whole transaction fails its whole 
   assert.equal((await store.create({ id: 4n, name: 'next' })).outcome, 'created', 'the next batch commits as usual')
 })
 
+test('a write that fails in its savepoint takes no position: the turn\'s other writes log contiguous positions', async (t) => {
+  const path = join(tempDir(t), 'plantstore.db')
+  const store = new SqliteStore(path)
+  const other = new Database(path) // a trigger that fails the one write whose change names 'boom', as a constraint would
+  t.after(async () => { other.close(); await store.close() })
+  other.exec("CREATE TRIGGER boom BEFORE INSERT ON changes WHEN NEW.name = 'boom' BEGIN SELECT RAISE(ABORT, 'boom'); END")
+  const results = await Promise.allSettled([
+    store.create({ id: 1n, name: 'first' }),
+    store.create({ id: 2n, name: 'boom' }),
+    store.replace(1n, { name: 'after' })
+  ])
+  assert.deepEqual(results.map(r => r.status), ['fulfilled', 'rejected', 'fulfilled'])
+  assert.equal(await store.get(2n), undefined, 'neither its plant nor its change')
+  const page = await store.changes({ limit: 10 })
+  assert.notEqual(page, 'gone')
+  assert.deepEqual(page !== 'gone' && page.changes.map(change => [change.position, change.plant.id]), [[1n, 1n], [2n, 1n]])
+  assert.deepEqual(await store.logBounds(), { head: 2n, floor: 0n })
+  assert.equal((await store.get(1n))?.version, 2n)
+})
+
 test('past its bound the WAL is checkpointed by another thread, restarted, and the WAL file keeps its inode', async (t) => {
   const path = join(tempDir(t), 'plantstore.db')
   const store = new SqliteStore(path)
