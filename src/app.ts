@@ -18,7 +18,7 @@ import { docs } from './routes/docs.js'
 import { changes } from './routes/changes.js'
 import { plants } from './routes/plants.js'
 import { system } from './routes/system.js'
-import { CHANGE_TYPES, type ChangeType, type Store } from './store/store.js'
+import type { Store } from './store/store.js'
 
 /** How long an idle keep-alive connection stays open: above the 60 s idle timeout of common load balancers. */
 export const KEEP_ALIVE_TIMEOUT_MS = 72_000
@@ -129,10 +129,9 @@ export async function buildApp ({ config, store: bareStore, log = pino({ level: 
   if (limiter !== undefined) app.addHook('onClose', async () => limiter.close())
   const stillAllowed = installAuth(app, store, limiter === undefined ? [] : [limiter.hook])
 
-  // One labelled child per type, bound once: a write then only adds one.
-  const written = Object.fromEntries(CHANGE_TYPES.map(type => [type, metrics.changesWritten.labels({ type })])) as Record<ChangeType, { inc: () => void }>
-  const feed = new Feed({ store, maxReaders: config.changesMaxReaders ?? 1000, log, counted: type => written[type].inc() })
+  const feed = new Feed({ store, maxReaders: config.changesMaxReaders ?? 1000, log })
   metrics.state.changes.open = feed.open
+  metrics.state.changes.written = feed.writtenByType
   metrics.state.changes.bounds = () => store.logBounds()
   // Before the server stops accepting and waits for its connections: streams end, waiting polls answer now.
   app.addHook('preClose', (done) => { feed.close(); done() })

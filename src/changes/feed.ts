@@ -1,5 +1,5 @@
 import type { Logger } from 'pino'
-import type { ChangeType, Store } from '../store/store.js'
+import { CHANGE_TYPES, type ChangeType, type Store } from '../store/store.js'
 
 /** How often, while readers wait, the feed asks the store for the log's head: changes made by other processes arrive this late at most. */
 export const POLL_MS = 50
@@ -9,8 +9,6 @@ export interface FeedOptions {
   /** Streams open and polls waiting, together, at most; past it, `admit` refuses. */
   maxReaders: number
   log: Logger
-  /** Called for each change this process writes: for the metrics. */
-  counted?: (type: ChangeType) => void
 }
 
 /**
@@ -28,6 +26,8 @@ export class Feed {
   private closed = false
   /** Readers admitted and not yet released, by kind. */
   readonly open = { streams: 0, polls: 0 }
+  /** Changes this process wrote, by type (the metrics read them when scraped). */
+  readonly writtenByType = Object.fromEntries(CHANGE_TYPES.map(type => [type, 0])) as Record<ChangeType, number>
 
   constructor (private readonly options: FeedOptions) {}
 
@@ -44,7 +44,7 @@ export class Feed {
 
   /** A write of this process committed the change of `type` at `position`. */
   written (position: bigint, type: ChangeType): void {
-    this.options.counted?.(type)
+    this.writtenByType[type]++
     if (position > this.head) this.moved(position)
   }
 
@@ -103,6 +103,7 @@ export class Feed {
   }
 
   private wakeAll (): void {
+    if (this.waiters.size === 0) return
     const waiters = [...this.waiters]
     this.waiters.clear()
     for (const wake of waiters) wake()

@@ -1,6 +1,6 @@
 import { collectDefaultMetrics, Counter, Gauge, Registry } from 'prom-client'
 import type { UnavailableReason } from '../errors.js'
-import type { LogBounds } from '../store/store.js'
+import { CHANGE_TYPES, type ChangeType, type LogBounds } from '../store/store.js'
 import { HotHistogram } from './histogram.js'
 
 /** Latencies, in seconds: from a quarter of a millisecond (a read in a batch) past the 2 s store deadline. */
@@ -39,7 +39,11 @@ export function createMetrics () {
     requestsInFlight: 0,
     storeInFlight: Object.fromEntries(STORE_OPERATIONS.map(operation => [operation, 0])) as Record<StoreOperation, number>,
     /** The change feed's readers, and where the log stands (set once the app has its feed and store). */
-    changes: { open: { streams: 0, polls: 0 }, bounds: undefined as (() => Promise<LogBounds>) | undefined }
+    changes: {
+      open: { streams: 0, polls: 0 },
+      written: Object.fromEntries(CHANGE_TYPES.map(type => [type, 0])) as Record<ChangeType, number>,
+      bounds: undefined as (() => Promise<LogBounds>) | undefined
+    }
   }
 
   const requests = new HotHistogram({
@@ -127,7 +131,11 @@ export function createMetrics () {
       name: 'plantstore_changes_written_total',
       help: 'Changes this process wrote to the change log, by type.',
       labelNames: ['type'],
-      registers
+      registers,
+      collect () {
+        this.reset()
+        for (const type of CHANGE_TYPES) this.inc({ type }, state.changes.written[type])
+      }
     }),
     changeReaders: new Gauge({
       name: 'plantstore_changes_readers',
