@@ -30,8 +30,9 @@ export function plantCreator (db: Database.Database): (id: bigint, name: string,
 /**
  * The plant writes of the write connection, each with its entry in the change log: the next
  * position (the head's successor: this connection is the only writer while its transaction
- * runs) becomes the plant's version. Each write is a savepoint of the turn's transaction, so a
- * write that fails halfway leaves neither its plant nor its change. The head is read once per
+ * runs) becomes the plant's version. Each write comes plain, and `isolated` in a savepoint of
+ * its own, so that a write that fails halfway leaves neither its plant nor its change (see
+ * openWriter for when each runs). The head is read once per
  * transaction (`begin`), advanced in memory by each write that logged a change, and stored once
  * (`end`) before the commit.
  */
@@ -52,14 +53,14 @@ function plantWrites (db: Database.Database) {
   const log = (position: bigint, type: ChangeType, id: bigint, name: string, tag: string | null, tagBefore: string | null): void => {
     sql.log.run(position, type, id, name, tag, tagBefore, Date.now())
   }
-  /** Runs one write in its savepoint; the head moves only once the savepoint is released. */
+  /** A write, plain and in a savepoint of its own; the head moves once it is done (its savepoint released). */
   const logged = <A extends unknown[], R>(write: (...args: A) => R, position: (result: R) => bigint | undefined) => {
     const inSavepoint = db.transaction(write)
-    return (...args: A): R => {
-      const result = inSavepoint(...args)
+    const moved = (result: R): R => {
       head = position(result) ?? head
       return result
     }
+    return { plain: (...args: A): R => moved(write(...args)), isolated: (...args: A): R => moved(inSavepoint(...args)) }
   }
   type Stored = [name: string, tag: string | null, version: bigint]
   /** Why a write on a plant that is missing or at another version did nothing. */
@@ -113,12 +114,14 @@ function tokenParams (token: NewToken): unknown[] {
   return [token.name, token.digest, token.scopes.join(' '), Date.now(), token.expiresAt?.getTime() ?? null]
 }
 
-function operationsOf (sql: ReturnType<typeof prepare>) {
+/** The operations of the write connection: the plant writes `isolated` in savepoints, or plain. */
+function operationsOf (sql: ReturnType<typeof prepare>, isolated: boolean) {
+  const plant = <T extends { plain: unknown, isolated: unknown }>(write: T): T['plain'] => isolated ? write.isolated : write.plain
   return {
     ping: () => true,
-    create: sql.plants.create,
-    replace: sql.plants.replace,
-    remove: sql.plants.remove,
+    create: plant(sql.plants.create),
+    replace: plant(sql.plants.replace),
+    remove: plant(sql.plants.remove),
     pruneChanges: (before: number, batch: number) => sql.prune.run(batch, before).changes,
     createToken: (token: NewToken) => {
       sql.retireExpiredName.run(token.name, Date.now())
@@ -136,6 +139,9 @@ function operationsOf (sql: ReturnType<typeof prepare>) {
     }
   }
 }
+
+/** Thrown to roll back a turn run plain whose write failed: the turn runs again, isolated. */
+const RUN_ISOLATED = new Error('a write failed: run the turn again with each write in a savepoint')
 
 /** The write connection and the one call that runs a turn's writes. */
 export interface Writer {
@@ -162,27 +168,42 @@ export function openWriter (path: string): Writer {
     // when to checkpoint; the truncation keeps its inode (docs/durability.md).
     db.pragma(`journal_size_limit = ${WAL_LIMIT_BYTES}`)
     const sql = prepare(db)
-    const plants = sql.plants
-    const operations = operationsOf(sql)
-    // A failing write leaves the others intact: a plant write runs in a savepoint of its own
-    // (plantWrites), and every other operation changes rows with one statement at most, which
-    // SQLite undoes by itself when it fails.
+    // A failing write must leave the others intact. A turn's writes first run plain, with no
+    // savepoint (two statements a write saved); if one fails, the whole transaction is rolled
+    // back and the turn runs again with each plant write in a savepoint of its own (every other
+    // operation changes rows with one statement at most, which SQLite undoes by itself).
     // Some errors (a full disk, an I/O error) make SQLite roll back the whole transaction: then
     // the transaction stops there and throws, and no write of it is stored.
-    const run = db.transaction((writes: Array<{ op: Operation, args: unknown[] }>): WriteResult[] => {
-      plants.begin()
-      const results = writes.map(({ op, args }): WriteResult => {
-        try {
-          return [true, (operations[op] as (...args: unknown[]) => unknown)(...args)]
-        } catch (error) {
-          if (!db.inTransaction) throw error
-          return [false, error]
-        }
+    const runAll = (isolated: boolean) => {
+      const operations = operationsOf(sql, isolated)
+      return db.transaction((writes: Array<{ op: Operation, args: unknown[] }>): WriteResult[] => {
+        sql.plants.begin()
+        const results = writes.map(({ op, args }): WriteResult => {
+          try {
+            return [true, (operations[op] as (...args: unknown[]) => unknown)(...args)]
+          } catch (error) {
+            if (!db.inTransaction) throw error
+            if (!isolated) throw RUN_ISOLATED
+            return [false, error]
+          }
+        })
+        sql.plants.end()
+        return results
       })
-      plants.end()
-      return results
-    })
-    return { db, run: writes => run.immediate(writes) }
+    }
+    const plain = runAll(false)
+    const isolated = runAll(true)
+    return {
+      db,
+      run: (writes) => {
+        try {
+          return plain.immediate(writes)
+        } catch (error) {
+          if (error !== RUN_ISOLATED) throw error
+          return isolated.immediate(writes)
+        }
+      }
+    }
   } catch (error) {
     db.close()
     throw new Error(describe(error))
