@@ -809,7 +809,7 @@ const schemaDrops: Array<() => Promise<void>> = []
  * migrations, through the CLI, which also makes the bench's token) and the seeded plants.
  * Returns the URL whose connections use it and the token.
  */
-async function freshSchema (url: string): Promise<{ schemaUrl: string, token: string, drop: () => Promise<void> }> {
+async function freshSchema (url: string, root = ROOT): Promise<{ schemaUrl: string, token: string, drop: () => Promise<void> }> {
   const schema = `bench_${Date.now().toString(36)}_${Math.floor(Math.random() * 1e6).toString(36)}`
   await queryOnce(url, `CREATE SCHEMA ${schema}`)
   let dropped = false
@@ -820,7 +820,7 @@ async function freshSchema (url: string): Promise<{ schemaUrl: string, token: st
   }
   schemaDrops.push(drop)
   const schemaUrl = `${url}${url.includes('?') ? '&' : '?'}options=${encodeURIComponent(`-c search_path=${schema}`)}`
-  const token = createToken(schemaUrl)
+  const token = createToken(schemaUrl, root)
   await queryOnce(url, `INSERT INTO ${schema}.plants (id, name, tag) SELECT i, 'Seed ' || i, 'seed' FROM generate_series(1, ${SEED_COUNT}) AS i; ANALYZE ${schema}.plants`)
   return { schemaUrl, token, drop }
 }
@@ -833,6 +833,8 @@ async function runPostgres (options: Options & { databaseUrl: string }): Promise
   for (const instances of options.instances) {
     for (const scenario of options.only) {
       const { schemaUrl, token, drop } = await freshSchema(options.databaseUrl)
+      // The other build (BENCH_BASE) on a schema its own migrations made.
+      const base = BASE === undefined || scenario !== 'post' ? undefined : await freshSchema(options.databaseUrl, BASE)
       const servers: Server[] = []
       try {
         const many = async (start: () => Promise<Server>): Promise<Server[]> => {
@@ -844,10 +846,16 @@ async function runPostgres (options: Options & { databaseUrl: string }): Promise
         const contenders: Contender[] = []
         for (const name of options.postgresYardsticks) contenders.push({ name, servers: await many(async () => await startYardstick(name, script, token, schemaUrl)) })
         contenders.push({ name: 'service', servers: await many(async () => await startService(schemaUrl)) })
+        if (base !== undefined) {
+          const own = join(dir, `base-${instances}`)
+          mkdirSync(own, { recursive: true })
+          contenders.push({ name: 'base', servers: await many(async () => await startService(base.schemaUrl, 'base')), script: writeLua(own, 'post', base.token) })
+        }
         rows.push(...await rounds(scenario, instances, contenders, writeLua(dir, scenario, token), options))
       } finally {
         await Promise.all(servers.map(server => stop(server.child)))
         await drop()
+        await base?.drop()
       }
     }
   }
