@@ -1,18 +1,13 @@
 // The change log's statements on PostgreSQL (SPEC section 9; docs/design.md "The change log").
-// Every plant write runs in a transaction that first takes the next position by updating
-// change_log's one row: the row's lock then makes plant writes commit one at a time, in position
-// order, so a reader that has read position N can never later find a smaller position filled in.
-// Every later statement of the transaction runs with a snapshot taken after the lock was granted:
-// it sees every change committed before, so conditions and the logged tag are exact.
+// Every plant write does its work on the plant first, under the plant's row lock (so its
+// condition and the logged tag are exact), and last takes the next position by updating
+// change_log's one row, in the statement that logs the change. That row's lock is held to COMMIT:
+// plant writes commit one at a time, in position order, so a reader that has read position N
+// can never later find a smaller position filled in. Locks are always taken plant row first,
+// head last (an import: the table, then the head), so writers never deadlock.
 import type pg from 'pg'
 import { isUniqueViolation } from './postgres-errors.js'
 import { meets, pageOf, readFrom, scanEnd, CHANGES_SCAN, type Change, type ChangesPage, type ChangeType, type Created, type LogBounds, type Plant, type PlantRecord, type Versions, type VersionedPlant } from './store.js'
-
-/**
- * Begins a plant write and takes its position, in one round trip (a simple query holds both
- * statements). A write that then changes nothing rolls back, and its position is handed out again.
- */
-const BEGIN_WRITE_SQL = 'BEGIN; UPDATE change_log SET head = head + 1 RETURNING head'
 
 /** The head and the floor (positions at or below it are gone), in one snapshot. */
 const BOUNDS_SQL = 'SELECT head, coalesce((SELECT min(position) - 1 FROM changes), head) AS floor FROM change_log'
@@ -45,22 +40,29 @@ interface PageRow { head: bigint, floor: bigint, position: bigint | null, type: 
 
 const plantOf = (id: bigint, name: string, tag: string | null): PlantRecord => tag === null ? { id, name } : { id, name, tag }
 
-/** Writes the change at `position` and makes it the plant's version (the row of a delete is gone already). */
-async function log (client: pg.ClientBase, position: bigint, type: ChangeType, plant: PlantRecord, tagBefore: string | null): Promise<void> {
-  const id = plant.id.toString()
-  await client.query(`WITH versioned AS (UPDATE plants SET version = $1 WHERE id = $3::int8)
-    INSERT INTO changes (position, type, plant_id, name, tag, tag_before) VALUES ($1, $2, $3::int8, $4, $5, $6)`,
-  [position, type, id, plant.name, plant.tag ?? null, tagBefore])
+/**
+ * Takes the next position and logs the change at it, in one statement: bumps the head (its row
+ * lock is then held to COMMIT), makes the position the plant's version with its name and tag (a
+ * deleted plant's row is gone already), and inserts the change.
+ */
+const LOG_SQL = `WITH bumped AS (UPDATE change_log SET head = head + 1 RETURNING head),
+  versioned AS (UPDATE plants SET version = (SELECT head FROM bumped), name = $3, tag = $4 WHERE id = $2::int8)
+INSERT INTO changes (position, type, plant_id, name, tag, tag_before) SELECT head, $1, $2::int8, $3, $4, $5 FROM bumped RETURNING position`
+
+/** Logs `type` for `plant` (as the change leaves it) and answers its position, the plant's new version. */
+async function logged (client: pg.ClientBase, type: ChangeType, plant: PlantRecord, tagBefore: string | null): Promise<bigint> {
+  const { rows: [{ position }] } = await client.query<{ position: bigint }>(LOG_SQL, [type, plant.id.toString(), plant.name, plant.tag ?? null, tagBefore])
+  return position
 }
 
 /**
- * Runs one plant write on `client` (taken from the pool for it): `work` gets the position the
- * write takes if it changes something, and returns its outcome and whether it changed anything.
- * COMMIT if it did, else ROLLBACK. Any failure rolls back by the caller dropping the connection.
+ * Runs one plant write on `client` (taken from the pool for it) in a transaction: `work` answers
+ * its outcome and whether it changed anything. COMMIT if it did, else ROLLBACK. Any failure rolls
+ * back by the caller dropping the connection.
  */
-async function write<T> (client: pg.ClientBase, work: (position: bigint) => Promise<{ changed: boolean, outcome: T }>): Promise<T> {
-  const [, bumped] = await client.query(BEGIN_WRITE_SQL) as unknown as [pg.QueryResult, pg.QueryResult<{ head: bigint }>]
-  const { changed, outcome } = await work(bumped.rows[0].head)
+async function write<T> (client: pg.ClientBase, work: () => Promise<{ changed: boolean, outcome: T }>): Promise<T> {
+  await client.query('BEGIN')
+  const { changed, outcome } = await work()
   await client.query(changed ? 'COMMIT' : 'ROLLBACK')
   return outcome
 }
@@ -68,24 +70,24 @@ async function write<T> (client: pg.ClientBase, work: (position: bigint) => Prom
 const STORED_SQL = 'SELECT name, tag, version FROM plants WHERE id = $1::int8'
 
 export async function createPlant (client: pg.ClientBase, plant: PlantRecord): Promise<Created> {
-  return await write<Created>(client, async (position) => {
+  return await write<Created>(client, async () => {
     const tag = plant.tag ?? null
-    let inserted: pg.QueryResult
-    try {
-      inserted = await client.query('INSERT INTO plants (id, name, tag, version) VALUES ($1::int8, $2, $3, $4) ON CONFLICT (id) DO NOTHING', [plant.id.toString(), plant.name, tag, position])
-    } catch (error) {
-      // A unique index other than the id's (one an operator added) refuses the plant: a conflict, rolled back.
-      if (isUniqueViolation(error)) return { changed: false, outcome: { outcome: 'conflict' } }
-      throw error
+    // The plant may be deleted between the insert that found it and the read: then insert again.
+    for (let attempt = 0; attempt < 3; attempt++) {
+      let inserted: pg.QueryResult
+      try {
+        // Version 0 is never seen: the log statement sets the position before the commit.
+        inserted = await client.query('INSERT INTO plants (id, name, tag, version) VALUES ($1::int8, $2, $3, 0) ON CONFLICT (id) DO NOTHING', [plant.id.toString(), plant.name, tag])
+      } catch (error) {
+        // A unique index other than the id's (one an operator added) refuses the plant: a conflict, rolled back.
+        if (isUniqueViolation(error)) return { changed: false, outcome: { outcome: 'conflict' } }
+        throw error
+      }
+      if (inserted.rowCount === 1) return { changed: true, outcome: { outcome: 'created', version: await logged(client, 'plant.created', plant, null) } }
+      const { rows: [stored] } = await client.query<StoredRow>(STORED_SQL, [plant.id.toString()])
+      if (stored !== undefined) return { changed: false, outcome: { outcome: stored.name === plant.name && stored.tag === tag ? 'same' : 'conflict', version: stored.version } }
     }
-    if (inserted.rowCount === 1) {
-      await log(client, position, 'plant.created', plant, null)
-      return { changed: true, outcome: { outcome: 'created', version: position } }
-    }
-    // No plant writer commits while this one holds the head, so the plant seen now stays as it is.
-    const { rows: [stored] } = await client.query<StoredRow>(STORED_SQL, [plant.id.toString()])
-    const same = stored.name === plant.name && stored.tag === tag
-    return { changed: false, outcome: { outcome: same ? 'same' : 'conflict', version: stored.version } }
+    return { changed: false, outcome: { outcome: 'conflict' } }
   })
 }
 
@@ -94,24 +96,26 @@ function refusal (stored: StoredRow | undefined, ifMatch: Versions | undefined):
   return stored === undefined && ifMatch === undefined ? 'not-found' : 'precondition-failed'
 }
 
+/** The plant as stored now, its row locked to the end of the transaction (no other write changes it meanwhile). */
+async function locked (client: pg.ClientBase, id: bigint): Promise<StoredRow | undefined> {
+  return (await client.query<StoredRow>(`${STORED_SQL} FOR UPDATE`, [id.toString()])).rows[0]
+}
+
 export async function replacePlant (client: pg.ClientBase, id: bigint, plant: Plant, ifMatch?: Versions): Promise<VersionedPlant | 'not-found' | 'precondition-failed'> {
-  return await write<VersionedPlant | 'not-found' | 'precondition-failed'>(client, async (position) => {
-    const { rows: [stored] } = await client.query<StoredRow>(STORED_SQL, [id.toString()])
+  return await write<VersionedPlant | 'not-found' | 'precondition-failed'>(client, async () => {
+    const stored = await locked(client, id)
     if (stored === undefined || !meets(ifMatch, stored.version)) return { changed: false, outcome: refusal(stored, ifMatch) }
     const record = plantOf(id, plant.name, plant.tag ?? null)
-    await client.query('UPDATE plants SET name = $2, tag = $3 WHERE id = $1::int8', [id.toString(), plant.name, plant.tag ?? null])
-    await log(client, position, 'plant.updated', record, stored.tag)
-    return { changed: true, outcome: { plant: record, version: position } }
+    return { changed: true, outcome: { plant: record, version: await logged(client, 'plant.updated', record, stored.tag) } }
   })
 }
 
 export async function removePlant (client: pg.ClientBase, id: bigint, ifMatch?: Versions): Promise<{ position: bigint } | 'not-found' | 'precondition-failed'> {
-  return await write<{ position: bigint } | 'not-found' | 'precondition-failed'>(client, async (position) => {
-    const { rows: [stored] } = await client.query<StoredRow>(STORED_SQL, [id.toString()])
+  return await write<{ position: bigint } | 'not-found' | 'precondition-failed'>(client, async () => {
+    const stored = await locked(client, id)
     if (stored === undefined || !meets(ifMatch, stored.version)) return { changed: false, outcome: refusal(stored, ifMatch) }
     await client.query('DELETE FROM plants WHERE id = $1::int8', [id.toString()])
-    await log(client, position, 'plant.deleted', plantOf(id, stored.name, stored.tag), stored.tag)
-    return { changed: true, outcome: { position } }
+    return { changed: true, outcome: { position: await logged(client, 'plant.deleted', plantOf(id, stored.name, stored.tag), stored.tag) } }
   })
 }
 

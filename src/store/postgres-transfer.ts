@@ -59,11 +59,11 @@ export async function importPostgres (connect: () => Promise<pg.Client>, source:
     client = await connect()
     await client.query('BEGIN')
     await client.query(`SET LOCAL lock_timeout = '${LOCK_TIMEOUT}'`)
-    // The change log's head first, as every plant write takes it (postgres-changes.ts), then the
-    // table: writers queue on the head, never holding one lock while waiting for the other.
+    // The table first, then the change log's head, in the order every plant write takes its
+    // locks (the plant's row, then the head: postgres-changes.ts), so that none deadlocks.
     // The log starts anew above its head; every imported plant's version is the new head.
-    const { rows: [{ head }] } = await client.query<{ head: bigint }>('UPDATE change_log SET head = head + 1 RETURNING head')
     await client.query('LOCK TABLE plants IN EXCLUSIVE MODE')
+    const { rows: [{ head }] } = await client.query<{ head: bigint }>('UPDATE change_log SET head = head + 1 RETURNING head')
     await client.query('DELETE FROM changes')
     if (replace) await client.query('DELETE FROM plants')
     else if ((await client.query('SELECT 1 FROM plants LIMIT 1')).rows.length > 0) return await rollback(client, { outcome: 'not-empty' })
