@@ -56,7 +56,7 @@ export class WalSync {
   private drained?: () => void
 
   /**
-   * `fd` is an fd of the -wal file; `stats.syncs` counts the fdatasyncs; `synced` is called after
+   * `fd` is an fd of the -wal file; `stats.syncs` counts the fdatasyncs; `onSynced` is called after
    * each one that returned (the store then looks at the WAL's size, for a checkpoint).
    */
   constructor (private readonly fd: number, private readonly stats: { syncs: number }, private readonly onSynced: () => void) {

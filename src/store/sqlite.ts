@@ -87,7 +87,8 @@ export class SqliteStore implements Store {
     // the database locked (rare in WAL mode) is answered 503 at once.
     configure(this.db, { busyTimeoutMs: 0 })
     this.checkpoints = new Checkpoints(path, this.walFd, this.stats)
-    this.wal = new WalSync(this.walFd, this.stats, () => this.checkpoints.maybe())
+    // Once the store is closing, no checkpoint starts: the write connection's own, last, empties the WAL.
+    this.wal = new WalSync(this.walFd, this.stats, () => { if (!this.closed) this.checkpoints.maybe() })
     this.pipeline = new WritePipeline(this.writer, this.wal, this.limits, this.stats, (writes) => this.onCommit?.(writes))
     this.reads = new ReadBatches(this.db, this.wal, this.limits, this.stats)
     this.sql = {
