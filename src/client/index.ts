@@ -28,7 +28,7 @@ export interface ChangesQuery {
   tag?: string
   /** Changes fetched per request (1 to 1000, 100 by default). */
   limit?: number
-  /** Seconds a request waits for a change when there is none (1 to 60, 30 by default): the long poll. */
+  /** Seconds a request waits for a change when there is none (0 to 60, 30 by default): the long poll. With 0 it polls, once a second at the head. */
   wait?: number
   /** Ends the iteration (it returns) when aborted. */
   signal?: AbortSignal
@@ -70,9 +70,9 @@ export class ChangesGoneError extends PlantstoreError {
   override readonly name = 'ChangesGoneError'
 }
 
-/** The id itself: a number would already have lost any id beyond 2^53, so it is refused. */
-function exactId (id: bigint): bigint {
-  if (typeof id !== 'bigint') throw new TypeError(`An id must be a bigint (${String(id)}n), not a ${typeof id}: a number cannot hold every int64.`)
+/** The id (or position) itself: a number would already have lost any beyond 2^53, so it is refused. */
+function exactId (id: bigint, what = 'An id'): bigint {
+  if (typeof id !== 'bigint') throw new TypeError(`${what} must be a bigint (${String(id)}n), not a ${typeof id}: a number cannot hold every int64.`)
   return id
 }
 
@@ -132,15 +132,52 @@ function toChange (value: unknown): Change {
   return { position: BigInt(position), type, id: BigInt(id), plant: toRecord(plant), at: new Date(at) }
 }
 
+/** `Retry-After` in seconds: as sent (delay-seconds), or until its HTTP-date; undefined when absent or unreadable. */
+function retryAfterOf (header: string | null): number | undefined {
+  const text = (header ?? '').trim()
+  if (/^\d+$/.test(text)) return Number(text)
+  const date = text === '' ? NaN : Date.parse(text)
+  return Number.isNaN(date) ? undefined : Math.max(0, Math.ceil((date - Date.now()) / 1000))
+}
+
 function failure (response: Response, text: string): PlantstoreError {
   let body: Partial<ErrorBody> | undefined
   try { body = parseJson(text) as Partial<ErrorBody> } catch { body = undefined }
-  const retryAfter = response.headers.get('retry-after') ?? ''
   return new (response.status === 410 ? ChangesGoneError : PlantstoreError)(
     response.status,
     typeof body?.error === 'number' && typeof body.message === 'string' ? { error: body.error, message: body.message } : undefined,
-    /^\d+$/.test(retryAfter) ? Number(retryAfter) : undefined
+    retryAfterOf(response.headers.get('retry-after'))
   )
+}
+
+/** Answers `changes` waits out and asks again: rate limited, unavailable, and a gateway's "the service is not there" (502, 504). */
+const PASSING_STATUSES = new Set([429, 502, 503, 504])
+/** The first pause before `changes` asks again without a Retry-After; it doubles on each failure in a row, up to MAX_PAUSE_MS. */
+const FIRST_PAUSE_MS = 100
+const MAX_PAUSE_MS = 5000
+/** How often `changes` with `wait: 0` asks again while nothing is new (it polls). */
+const POLL_PAUSE_MS = 1000
+/** Seconds a `changes` request may run past its `wait` before it counts as lost (a connection that died silently) and is sent again. */
+const LOST_AFTER_S = 15
+
+/** Throws the TypeError fetch would, for a URL it cannot parse (a relative one resolves against the page, in a browser). */
+function parsable (url: string): void {
+  const page = (globalThis as { location?: { href?: string } }).location?.href
+  if (new URL(url, page).href === '') throw new TypeError(`Not a URL: ${url}`)
+}
+
+/** Resolves after `ms`, or at once when `signal` aborts. */
+async function pause (ms: number, signal: AbortSignal | undefined): Promise<void> {
+  if (signal?.aborted === true) return
+  await new Promise<void>(resolve => {
+    const done = (): void => {
+      clearTimeout(timer)
+      signal?.removeEventListener('abort', done)
+      resolve()
+    }
+    const timer = setTimeout(done, ms)
+    signal?.addEventListener('abort', done)
+  })
 }
 
 /**
@@ -169,6 +206,12 @@ export function createClient ({ baseUrl, token, fetch: fetchFunction = globalThi
     }
   }
 
+  /** POST /plants: the plant created (or found identical) and its ETag. */
+  async function createVersioned ({ id, name, tag }: NewPlant, { ifNoneMatch }: { ifNoneMatch?: '*' } = {}): Promise<Versioned> {
+    const { value, headers } = await send('POST', '/plants', toJson({ id: exactId(id), name, tag }), { 'if-none-match': ifNoneMatch })
+    return { plant: { id, ...toPlant(value) }, etag: headers.get('etag') ?? '' }
+  }
+
   async function getVersioned (id: bigint, { ifNoneMatch }: { ifNoneMatch?: string } = {}): Promise<Versioned | 'not-modified'> {
     const { value, headers, status } = await send('GET', `/plants/${exactId(id)}`, undefined, { 'if-none-match': ifNoneMatch })
     return status === 304 ? 'not-modified' : { plant: toRecord(value), etag: headers.get('etag') ?? '' }
@@ -191,9 +234,13 @@ export function createClient ({ baseUrl, token, fetch: fetchFunction = globalThi
      * with the same name and tag again is a safe retry and answers the same; with anything else it
      * throws a PlantstoreError with status 409, and the stored plant is unchanged.
      */
-    async createPlant ({ id, name, tag }: NewPlant, { ifNoneMatch }: { ifNoneMatch?: '*' } = {}): Promise<Plant> {
-      return toPlant((await send('POST', '/plants', toJson({ id: exactId(id), name, tag }), { 'if-none-match': ifNoneMatch })).value)
+    async createPlant (plant: NewPlant, conditions: { ifNoneMatch?: '*' } = {}): Promise<Plant> {
+      const { plant: { name, tag } } = await createVersioned(plant, conditions)
+      return tag === undefined ? { name } : { name, tag }
     },
+
+    /** `createPlant`, answering the plant with its id and its ETag (with `ifNoneMatch: '*'`, 412 when the id exists). */
+    createVersioned,
 
     /** GET /plants/{id}; a PlantstoreError with status 404 when no plant has the id. */
     async getPlant (id: bigint): Promise<PlantRecord> {
@@ -236,36 +283,56 @@ export function createClient ({ baseUrl, token, fetch: fetchFunction = globalThi
 
     /**
      * Every change after `after`, in order, for as long as the caller iterates: long polls of
-     * GET /plants/changes, resumed after the last position read across lost connections, 429 and
-     * 503 (after their Retry-After, else a growing pause of up to 5 s). Throws ChangesGoneError
-     * (410) when the log no longer holds what follows, and PlantstoreError on any other refusal.
+     * GET /plants/changes, resumed after the last position read across lost connections, 429,
+     * 502, 503 and 504 (after their Retry-After, else a pause doubling up to 5 s); a request
+     * unanswered `wait` + 15 s is taken as lost and sent again. `signal` ends the iteration (it
+     * returns) at once, even mid-request or mid-pause. Throws ChangesGoneError (410) when the log no
+     * longer holds what follows, and PlantstoreError on any other refusal.
      */
     async * changes ({ after, tag, limit, wait = 30, signal }: ChangesQuery = {}): AsyncGenerator<Change, void, undefined> {
-      let pause = 100
+      if (after !== undefined) exactId(after, 'A position')
+      parsable(`${base}/plants/changes`) // a bad baseUrl throws now, not as a network failure retried for ever
       const stopped = (): boolean => signal?.aborted === true
+      let backoff = FIRST_PAUSE_MS
       while (!stopped()) {
         const params = new URLSearchParams({ wait: String(wait) })
         if (after !== undefined) params.set('after', String(after))
         if (tag !== undefined) params.set('tag', tag)
         if (limit !== undefined) params.set('limit', String(limit))
-        let answer: { value: unknown, headers: Headers }
+        // The request ends with the caller's signal, or once it counts as lost.
+        const request = new AbortController()
+        const abort = (): void => request.abort()
+        const lost = setTimeout(abort, (wait + LOST_AFTER_S) * 1000)
+        signal?.addEventListener('abort', abort)
+        let answer: { value: unknown, headers: Headers, status: number } | undefined
+        let failed: unknown
         try {
-          answer = await send('GET', `/plants/changes?${params.toString()}`, undefined, {}, signal)
+          answer = await send('GET', `/plants/changes?${params.toString()}`, undefined, {}, request.signal)
         } catch (error) {
+          failed = error
+        } finally {
+          clearTimeout(lost)
+          signal?.removeEventListener('abort', abort)
+        }
+        if (answer === undefined) {
           if (stopped()) return
-          const retryable = error instanceof PlantstoreError ? error.status === 429 || error.status === 503 : error instanceof TypeError // fetch's network failure
-          if (!retryable) throw error
-          const seconds = error instanceof PlantstoreError ? error.retryAfter : undefined
-          await new Promise(resolve => setTimeout(resolve, seconds !== undefined ? seconds * 1000 : pause))
-          pause = Math.min(pause * 2, 5000)
+          const passing = request.signal.aborted || // lost
+            (failed instanceof PlantstoreError ? PASSING_STATUSES.has(failed.status) : failed instanceof TypeError) // fetch's network failure
+          if (!passing) throw failed
+          const seconds = failed instanceof PlantstoreError ? failed.retryAfter : undefined
+          await pause(seconds !== undefined ? Math.max(seconds * 1000, FIRST_PAUSE_MS) : backoff * (0.5 + Math.random() / 2), signal)
+          backoff = Math.min(backoff * 2, MAX_PAUSE_MS)
           continue
         }
-        pause = 100
-        for (const change of (answer.value as unknown[]).map(toChange)) {
+        backoff = FIRST_PAUSE_MS
+        if (!Array.isArray(answer.value)) throw new PlantstoreError(answer.status, undefined, undefined, `The server answered ${answer.status} with something other than a page of changes.`)
+        for (const change of answer.value.map(toChange)) {
           after = change.position
           yield change
         }
-        after = nextAfter(answer.headers.get('link')) ?? after
+        const next = nextAfter(answer.headers.get('link')) ?? after
+        if (wait === 0 && answer.value.length === 0 && next === after) await pause(POLL_PAUSE_MS, signal) // at the head
+        after = next
       }
     }
   }
