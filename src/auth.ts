@@ -16,6 +16,12 @@ declare module 'fastify' {
 
 const BEARER = /^Bearer +(\S+) *$/i
 
+/** The request's bearer token, or undefined when the header is missing or cannot hold one. */
+function tokenOf (request: FastifyRequest): string | undefined {
+  const token = BEARER.exec(request.headers.authorization ?? '')?.[1]
+  return token !== undefined && looksLikeToken(token) ? token : undefined
+}
+
 /**
  * The token's record if it may make a request that needs `scope`. A missing, malformed, unknown,
  * expired or revoked token is one failure, so the reply does not tell which.
@@ -38,8 +44,8 @@ function authorize (record: TokenRecord | undefined, scope: Scope): TokenRecord 
 export function installAuth (app: FastifyInstance, store: Store, after: onRequestHookHandler[] = []): StillAllowed {
   const cache = new TokenCache(store)
   const requireScope = (scope: Scope): onRequestHookHandler => (request, _reply, done) => {
-    const token = BEARER.exec(request.headers.authorization ?? '')?.[1]
-    if (token === undefined || !looksLikeToken(token)) return done(new ApiError('badToken'))
+    const token = tokenOf(request)
+    if (token === undefined) return done(new ApiError('badToken'))
     const finish = (record: TokenRecord | undefined): void => {
       try {
         request.token = authorize(record, scope)
@@ -59,7 +65,7 @@ export function installAuth (app: FastifyInstance, store: Store, after: onReques
     route.onRequest = [requireScope(scope), ...after, ...own]
   })
   return async (request, scope) => {
-    const token = BEARER.exec(request.headers.authorization ?? '')?.[1]
+    const token = tokenOf(request)
     if (token === undefined) return false
     try {
       authorize(await cache.check(token), scope)

@@ -206,3 +206,16 @@ class Reader {
 export function parseJson (text: string, maxDepth = MAX_DEPTH, subject = 'The request body'): unknown {
   return new Reader(text, maxDepth, subject).document()
 }
+
+/**
+ * JSON with bigints written as exact integers (ids beyond 2^53, positions), where no schema
+ * serializer is at hand. Walks the value rather than marking bigints inside strings, so that no
+ * string a client stored can pass for a number.
+ */
+export function stringifyExact (value: unknown): string {
+  if (typeof value === 'bigint') return value.toString()
+  if (Array.isArray(value)) return `[${value.map(item => item === undefined ? 'null' : stringifyExact(item)).join(',')}]`
+  if (value === null || typeof value !== 'object' || typeof (value as { toJSON?: unknown }).toJSON === 'function') return JSON.stringify(value)
+  const fields = Object.entries(value).filter(([, field]) => field !== undefined)
+  return `{${fields.map(([key, field]) => `${JSON.stringify(key)}:${stringifyExact(field)}`).join(',')}}`
+}

@@ -124,6 +124,14 @@ export async function startServer (t: TestContext, options: { store?: StoreKind,
   }
 }
 
+/** A change of the log as tests read it: position and id kept exact, as strings. */
+export interface ExactChange { position: string, type: string, id: string, plant: { name: string, tag?: string }, at: string }
+
+/** JSON whose `position` and `id` numbers are kept exact, as strings: they can pass 2^53. */
+export function parseExact<T = ExactChange[]> (text: string): T {
+  return JSON.parse(text.replace(/"(position|id)":(-?\d+)/g, '"$1":"$2"'))
+}
+
 export interface Answer { status: number, headers: Headers, text: string, body: any }
 
 /** One HTTP request with the server's token (unless `token` is given, or null for none). */

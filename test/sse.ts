@@ -1,6 +1,7 @@
 // A Server-Sent Events reader for black-box tests: the raw stream parsed as the EventSource
 // specification says (fields, comments, blank-line dispatch), over node:http.
 import { request, type IncomingHttpHeaders } from 'node:http'
+import { parseExact, type ExactChange } from './helpers.js'
 
 export interface SseEvent { id?: string, event?: string, data: string }
 
@@ -91,7 +92,6 @@ export async function openStream (url: string, token: string | null, headers: Re
 }
 
 /** The change of an event's data, its bigints kept exact: `position` and `id` as strings. */
-export function changeIn (event: SseEvent): { position: string, type: string, id: string, plant: { name: string, tag?: string }, at: string } {
-  const exact = event.data.replace(/"(position|id)":(-?\d+)/g, '"$1":"$2"')
-  return JSON.parse(exact)
+export function changeIn (event: SseEvent): ExactChange {
+  return parseExact<ExactChange>(event.data)
 }

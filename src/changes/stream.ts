@@ -2,6 +2,7 @@ import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { ServerResponse } from 'node:http'
 import type { Logger } from 'pino'
 import type { StillAllowed } from '../auth.js'
+import { stringifyExact } from '../json.js'
 import type { Change, ChangesPage, Store } from '../store/store.js'
 import type { Feed } from './feed.js'
 
@@ -21,14 +22,12 @@ export function changeOf ({ position, type, plant, at }: Change): { position: bi
   return { position, type, id: plant.id, plant, at }
 }
 
-/** JSON with bigints as exact integers (ids beyond 2^53, positions), for a stream's `data:` lines. */
-function json (value: unknown): string {
-  return JSON.stringify(value, (_key, field: unknown) => typeof field === 'bigint' ? `\u0000${field}\u0000` : field).replace(/"\\u0000(-?\d+)\\u0000"/g, '$1')
+function event (id: bigint, type: string, data: unknown): string {
+  return `id: ${id}\nevent: ${type}\ndata: ${stringifyExact(data)}\n\n`
 }
 
-function event (id: bigint, type: string, data: unknown): string {
-  return `id: ${id}\nevent: ${type}\ndata: ${json(data)}\n\n`
-}
+/** Tells a filtered stream's reader that it has seen everything up to `position`. */
+const bookmark = (position: bigint): string => event(position, 'bookmark', { position })
 
 export interface StreamOptions {
   request: FastifyRequest
@@ -74,7 +73,7 @@ export async function streamChanges ({ request, reply, store, feed, stillAllowed
       if (page.changes.length > 0) lastId = page.changes[page.changes.length - 1].position
       // Changes passed over by the filter: a bookmark, so a resume starts past them, never at a position the log may have dropped.
       if (tag !== undefined && page.next !== lastId && performance.now() - lastWrite >= 1000) {
-        text += event(page.next, 'bookmark', { position: page.next })
+        text += bookmark(page.next)
         lastId = page.next
       }
       if (text !== '') {
@@ -92,7 +91,7 @@ export async function streamChanges ({ request, reply, store, feed, stillAllowed
           if (!await stillAllowed(request, 'plants:read').catch(() => true)) { why = 'token no longer valid'; return }
         }
         if (now - lastWrite >= HEARTBEAT_MS) {
-          if (!await write(res, tag !== undefined && page.next !== lastId ? `: heartbeat\n\n${event(page.next, 'bookmark', { position: page.next })}` : ': heartbeat\n\n', gone)) return
+          if (!await write(res, tag !== undefined && page.next !== lastId ? `: heartbeat\n\n${bookmark(page.next)}` : ': heartbeat\n\n', gone)) return
           if (tag !== undefined) lastId = page.next
           lastWrite = performance.now()
         }

@@ -18,8 +18,9 @@ async function pageAfter (store: Store, query: { after?: bigint, limit: number, 
 /** The position in a Last-Event-ID header: plain decimal digits, an int64. */
 function eventIdOf (header: string | undefined): bigint | undefined {
   if (header === undefined) return undefined
-  if (!/^\d{1,19}$/.test(header.trim()) || BigInt(header.trim()) > 2n ** 63n - 1n) throw new ApiError('invalidEventId')
-  return BigInt(header.trim())
+  const digits = header.trim()
+  if (!/^\d{1,19}$/.test(digits) || BigInt(digits) > 2n ** 63n - 1n) throw new ApiError('invalidEventId')
+  return BigInt(digits)
 }
 
 /** True when the client asks for Server-Sent Events (and not JSON first). */

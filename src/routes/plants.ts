@@ -27,7 +27,7 @@ export const plants: FastifyPluginAsync<{ store: Store, feed: Feed }> = async (a
       const plant = { id: request.body.id, ...plantOf(request.body) }
       const created = await store.create(plant)
       // A condition on an id that is taken fails before the data is compared: 412, not 409.
-      if (created.outcome !== 'created' && meets(ifNoneMatch, created.version) && ifNoneMatch !== undefined) {
+      if (ifNoneMatch !== undefined && created.outcome !== 'created' && meets(ifNoneMatch, created.version)) {
         throw new ApiError('preconditionFailed', 'A plant with this id exists already, and If-None-Match asked for none; nothing was changed.')
       }
       if (created.outcome === 'conflict') throw new ApiError('plantConflict')

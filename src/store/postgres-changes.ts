@@ -7,6 +7,7 @@
 // head last (an import: the table, then the head), so writers never deadlock.
 import type pg from 'pg'
 import { isUniqueViolation } from './postgres-errors.js'
+import { rowToPlant } from './postgres-rows.js'
 import { meets, pageOf, readFrom, scanEnd, CHANGES_SCAN, type Change, type ChangesPage, type ChangeType, type Created, type LogBounds, type Plant, type PlantRecord, type Versions, type VersionedPlant } from './store.js'
 
 /** The head and the floor (positions at or below it are gone), in one snapshot. */
@@ -37,8 +38,6 @@ DELETE FROM changes WHERE position IN (SELECT position FROM oldest WHERE positio
 
 interface StoredRow { name: string, tag: string | null, version: bigint }
 interface PageRow { head: bigint, floor: bigint, position: bigint | null, type: ChangeType, plant_id: bigint, name: string, tag: string | null, at: Date }
-
-const plantOf = (id: bigint, name: string, tag: string | null): PlantRecord => tag === null ? { id, name } : { id, name, tag }
 
 /**
  * Takes the next position and logs the change at it, in one statement: bumps the head (its row
@@ -105,7 +104,7 @@ export async function replacePlant (client: pg.ClientBase, id: bigint, plant: Pl
   return await write<VersionedPlant | 'not-found' | 'precondition-failed'>(client, async () => {
     const stored = await locked(client, id)
     if (stored === undefined || !meets(ifMatch, stored.version)) return { changed: false, outcome: refusal(stored, ifMatch) }
-    const record = plantOf(id, plant.name, plant.tag ?? null)
+    const record = rowToPlant({ id, name: plant.name, tag: plant.tag ?? null })
     return { changed: true, outcome: { plant: record, version: await logged(client, 'plant.updated', record, stored.tag) } }
   })
 }
@@ -115,7 +114,7 @@ export async function removePlant (client: pg.ClientBase, id: bigint, ifMatch?: 
     const stored = await locked(client, id)
     if (stored === undefined || !meets(ifMatch, stored.version)) return { changed: false, outcome: refusal(stored, ifMatch) }
     await client.query('DELETE FROM plants WHERE id = $1::int8', [id.toString()])
-    return { changed: true, outcome: { position: await logged(client, 'plant.deleted', plantOf(id, stored.name, stored.tag), stored.tag) } }
+    return { changed: true, outcome: { position: await logged(client, 'plant.deleted', rowToPlant({ id, name: stored.name, tag: stored.tag }), stored.tag) } }
   })
 }
 
@@ -131,7 +130,7 @@ export async function changesPage (client: pg.ClientBase | pg.Pool, { after, lim
   const from = readFrom(after, rows[0])
   if (from === 'gone') return from
   const changes: Change[] = rows.filter(row => row.position !== null).map(row => ({
-    position: row.position!, type: row.type, plant: plantOf(row.plant_id, row.name, row.tag), at: row.at
+    position: row.position!, type: row.type, plant: rowToPlant({ id: row.plant_id, name: row.name, tag: row.tag }), at: row.at
   }))
   return pageOf(changes, limit, scanEnd(from, rows[0].head))
 }

@@ -2,16 +2,16 @@
 // processes write concurrently from many connections while a reader follows the feed throughout.
 import assert from 'node:assert/strict'
 import { test } from 'node:test'
-import { call, twoInstances, type Answer, type Server } from '../helpers.js'
+import { call, twoInstances, parseExact, type Answer, type ExactChange, type Server } from '../helpers.js'
 import { PG_SKIP, PG_URL } from '../store/postgres-helpers.js'
 
 const WRITES = 1000
 const WRITERS = 32
 
 /** The changes of a feed answer as [position, id, name], bigints kept exact as strings. */
-function changesIn (answer: Answer): Array<{ position: string, id: string, plant: { name: string } }> {
+function changesIn (answer: Answer): ExactChange[] {
   assert.equal(answer.status, 200, answer.text)
-  return JSON.parse(answer.text.replace(/"(position|id)":(-?\d+)/g, '"$1":"$2"'))
+  return parseExact(answer.text)
 }
 
 test('two instances writing at once: a reader following the feed finds every acknowledged change exactly once, in position order, with no gap', { skip: PG_URL === undefined ? PG_SKIP : false, timeout: 120_000 }, async (t) => {

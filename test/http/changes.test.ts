@@ -1,14 +1,14 @@
 // GET /plants/changes as JSON, black box over real HTTP (SPEC section 9), on both stores.
 import assert from 'node:assert/strict'
 import { describe, test } from 'node:test'
-import { call, cli, isErrorBody, startServer, testStores, type Answer, type Server } from '../helpers.js'
+import { call, cli, isErrorBody, startServer, testStores, parseExact, type Answer, type ExactChange, type Server } from '../helpers.js'
 
 const BIG = '9223372036854775807'
 
 /** The changes of a JSON answer with position and id kept exact, as strings. */
-function changesIn (answer: Answer): Array<{ position: string, type: string, id: string, plant: { name: string, tag?: string }, at: string }> {
+function changesIn (answer: Answer): ExactChange[] {
   assert.equal(answer.status, 200, answer.text)
-  return JSON.parse(answer.text.replace(/"(position|id)":(-?\d+)/g, '"$1":"$2"'))
+  return parseExact(answer.text)
 }
 
 function nextAfter (answer: Answer): string {

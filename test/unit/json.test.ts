@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict'
 import { test } from 'node:test'
-import { exactNumber, JsonError, MAX_DEPTH, parseJson as parse } from '../../src/json.js'
+import { exactNumber, JsonError, MAX_DEPTH, parseJson as parse, stringifyExact } from '../../src/json.js'
 
 const parseJson = (text: string): any => parse(text)
 
@@ -71,4 +71,12 @@ test('a lone surrogate is refused, escaped or not; a pair is text', () => {
   for (const text of ['"\\ud800"', '"\\udc00"', '"a\\ud800b"', '"\\udc00\\ud800"', '"\ud800"', '{"name":"\\ud83c"}']) refuses(text, /lone surrogate/)
   assert.equal(parse('"\\ud83c\\udf31"'), '🌱')
   assert.equal(parse('"\\ud83c\udf31"'), '🌱', 'an escaped high and a raw low half make one character')
+})
+
+test('stringifyExact writes bigints as exact integers and nothing else as a number', () => {
+  const at = new Date('2026-11-25T00:00:00.000Z')
+  const value = { position: 9223372036854775807n, id: -9007199254740993n, plant: { name: '\u0000123\u0000', tag: undefined }, at, list: [1n, undefined, 'x'] }
+  const text = stringifyExact(value)
+  assert.equal(text, '{"position":9223372036854775807,"id":-9007199254740993,"plant":{"name":"\\u0000123\\u0000"},"at":"2026-11-25T00:00:00.000Z","list":[1,null,"x"]}')
+  assert.deepEqual(parseJson(text), { position: 9223372036854775807n, id: -9007199254740993n, plant: { name: '\u0000123\u0000' }, at: at.toISOString(), list: [1, null, 'x'] })
 })
