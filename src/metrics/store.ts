@@ -3,7 +3,7 @@ import type { Store } from '../store/store.js'
 import { STORE_OPERATIONS, type Metrics, type StoreErrorKind, type StoreOperation } from './metrics.js'
 
 /** The members of Store that are not requests' store calls, passed through untimed; onCommit is the store's hook, set below. */
-type PassedThrough = 'close' | 'exportPlants' | 'importPlants' | 'rateWindows' | 'onCommit'
+type PassedThrough = 'close' | 'exportPlants' | 'importPlants' | 'rateWindows' | 'webhooks' | 'onCommit'
 type MustBeNever<T extends never> = T
 /** Fails to compile when Store gains a member that is neither timed (STORE_OPERATIONS) nor passed through. */
 export type EveryStoreMemberPlaced = MustBeNever<Exclude<keyof Store, StoreOperation | PassedThrough>>
@@ -19,12 +19,13 @@ function kindOf (error: unknown): StoreErrorKind {
  */
 export function instrumentStore (store: Store, metrics: Metrics): Store {
   const { state } = metrics
-  // Passed through untimed: the bulk transfers and the rate limit's shared counts are not requests' store calls.
+  // Passed through untimed: the bulk transfers, the rate limit's shared counts and the webhooks' work are not requests' store calls.
   const instrumented = {
     close: () => store.close(),
     exportPlants: () => store.exportPlants(),
     importPlants: (source, options) => store.importPlants(source, options),
-    rateWindows: store.rateWindows
+    rateWindows: store.rateWindows,
+    webhooks: store.webhooks
   } as Store
   for (const operation of STORE_OPERATIONS) {
     // Looked up at each call, as the caller would: the wrapper adds no method the store lacks.

@@ -6,6 +6,7 @@ import { changesPage, createPlant, logBounds, pruneChanges, removePlant, replace
 import { LIST_SQL, rowToPlant, TYPES, unstorable, type ListRow, type PlantRow } from './postgres-rows.js'
 import { LOCKS, migrate } from './postgres-schema.js'
 import { exportPostgres, importPostgres } from './postgres-transfer.js'
+import { postgresWebhooks } from './postgres-webhooks.js'
 import type { ChangesPage, Created, ImportOutcome, LogBounds, NewToken, Plant, PlantRecord, RateWindows, Scope, SharedCount, Store, TokenRecord, Versions, VersionedPlant } from './store.js'
 
 /** How much the store takes on at once; past it, it refuses at once (503) rather than queue without end. */
@@ -118,6 +119,10 @@ export class PostgresStore implements Store {
     }),
     forget: (before) => this.run('writes', async () => { await this.query('DELETE FROM rate_windows WHERE window_start < $1::int8', [before]) })
   }
+
+  readonly webhooks = postgresWebhooks(
+    work => this.run('writes', () => work((text, values) => this.query(text, values))),
+    work => this.run('writes', () => this.transaction(client => work((text, values) => client.query(text, values)))))
 
   private constructor (private readonly url: string, limits: PostgresLimits) {
     this.limits = limits

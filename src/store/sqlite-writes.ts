@@ -6,6 +6,7 @@ import Database from 'better-sqlite3'
 import { describe } from './describe.js'
 import { configure } from './sqlite-schema.js'
 import { VERSIONED_PLANT_SQL, rowToPlant, rowToToken, type PlantRow, type TokenRow } from './sqlite-rows.js'
+import { webhookWrites } from './sqlite-webhooks.js'
 import { meets, type ChangeType, type Created, type NewToken, type Versions, type VersionedPlant } from './store.js'
 
 /** A write's name: one of the operations below. */
@@ -96,6 +97,7 @@ function plantWrites (db: Database.Database) {
 function prepare (db: Database.Database) {
   return {
     plants: plantWrites(db),
+    webhooks: webhookWrites(db),
     // The leading run of the oldest `batch` changes made before `before`: only a prefix of the log is ever dropped.
     prune: db.prepare(`WITH oldest AS (SELECT position, at FROM changes ORDER BY position LIMIT ?)
       DELETE FROM changes WHERE position IN (SELECT position FROM oldest WHERE position < coalesce((SELECT min(position) FROM oldest WHERE at >= ?), 9223372036854775807))`),
@@ -118,6 +120,7 @@ function tokenParams (token: NewToken): unknown[] {
 function operationsOf (sql: ReturnType<typeof prepare>, isolated: boolean) {
   const plant = <T extends { plain: unknown, isolated: unknown }>(write: T): T['plain'] => isolated ? write.isolated : write.plain
   return {
+    ...sql.webhooks,
     ping: () => true,
     create: plant(sql.plants.create),
     replace: plant(sql.plants.replace),

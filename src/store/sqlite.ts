@@ -10,8 +10,10 @@ import { BOUNDS_SQL, CHANGES_SQL, LIST_SQL, VERSIONED_PLANT_SQL, rowToChange, ro
 import { checkpoint, configure, migrate } from './sqlite-schema.js'
 import { exportSqlite, importSqlite } from './sqlite-transfer.js'
 import { WalSync } from './sqlite-wal.js'
+import { sqliteWebhooks, webhookReads } from './sqlite-webhooks.js'
 import { openWriter, type Operation, type Writer } from './sqlite-writes.js'
 import { pageOf, readFrom, scanEnd, type ChangesPage, type Created, type ImportOutcome, type LogBounds, type NewToken, type Plant, type PlantRecord, type Store, type TokenRecord, type Versions, type VersionedPlant } from './store.js'
+import type { WebhookStore } from './webhooks.js'
 
 /** How much the store takes on at once; past it, it refuses at once (503) rather than queue without end. */
 export interface StoreLimits {
@@ -59,6 +61,7 @@ export class SqliteStore implements Store {
   private readonly reads: ReadBatches
   private readonly checkpoints: Checkpoints
   private closed = false
+  readonly webhooks: WebhookStore
 
   /** Opens (creating and migrating if needed) the database file at `path`. */
   constructor (private readonly path: string, limits: Partial<StoreLimits> = {}) {
@@ -104,6 +107,8 @@ export class SqliteStore implements Store {
       listTokens: this.db.prepare('SELECT * FROM tokens ORDER BY id').safeIntegers(false),
       ping: this.db.prepare('SELECT 1')
     }
+    const webhookQueries = webhookReads(this.db)
+    this.webhooks = sqliteWebhooks((op, ...args) => this.write(op, ...args), query => this.read(() => query(webhookQueries)))
   }
 
   private write<T> (op: Operation, ...args: unknown[]): Promise<T> {

@@ -1,3 +1,5 @@
+import type { WebhookStore } from './webhooks.js'
+
 /** A plant as the client names it: NewPlant without its id, as returned by POST /plants. */
 export interface Plant { name: string, tag?: string }
 
@@ -189,6 +191,9 @@ export interface Store {
   listTokens (): Promise<TokenRecord[]>
   /** Revokes the active token with this name, or the token with this numeric id. */
   revokeToken (nameOrId: string): Promise<TokenRecord | undefined>
+
+  /** Webhook subscriptions and their deliveries (src/store/webhooks.ts). */
+  readonly webhooks: WebhookStore
 
   /** Counts shared with other instances, when several may run on this store; none for SQLite (one process). */
   readonly rateWindows?: RateWindows

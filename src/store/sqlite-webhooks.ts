@@ -1,0 +1,197 @@
+// Webhooks in the SQLite store: the writes run in the write connection's transactions (group
+// commit, like every write), the reads on the read connection. Times are ms since the epoch.
+import type Database from 'better-sqlite3'
+import { BOUNDS_SQL, rowToPlant } from './sqlite-rows.js'
+import { readFrom, type ChangeType, type LogBounds } from './store.js'
+import { FAILING_LIMIT_MS, type AttemptOutcome, type ClaimedDelivery, type Delivery, type DeliveryStatus, type NewSubscription, type Outlook, type Subscription, type WebhookStore } from './webhooks.js'
+
+interface SubscriptionRow { id: bigint, url: string, events: string, tag: string | null, disabled_at: bigint | null, disabled_reason: string | null, created_at: bigint }
+interface DeliveryRow { id: bigint, webhook_id: bigint, position: bigint, type: ChangeType, plant_id: bigint, name: string, tag: string | null, status: DeliveryStatus, attempts: bigint, next_at: bigint }
+interface AttemptRow { delivery_id: bigint, at: bigint, status_code: bigint | null, error: string | null, duration_ms: bigint }
+
+const SUBSCRIPTION_COLUMNS = 'id, url, events, tag, disabled_at, disabled_reason, created_at'
+const DELIVERY_COLUMNS = 'id, webhook_id, position, type, plant_id, name, tag, status, attempts, next_at, created_at'
+
+function rowToSubscription (row: SubscriptionRow): Subscription {
+  return {
+    id: Number(row.id),
+    url: row.url,
+    events: row.events.split(' ') as ChangeType[],
+    ...(row.tag === null ? {} : { tag: row.tag }),
+    ...(row.disabled_at === null ? {} : { disabled: { at: new Date(Number(row.disabled_at)), reason: row.disabled_reason ?? '' } }),
+    createdAt: new Date(Number(row.created_at))
+  }
+}
+
+function rowToDelivery (row: DeliveryRow & { created_at: bigint }, attempts: AttemptRow[]): Delivery {
+  return {
+    id: Number(row.id),
+    webhookId: Number(row.webhook_id),
+    position: row.position,
+    type: row.type,
+    plant: rowToPlant([row.plant_id, row.name, row.tag]),
+    status: row.status,
+    ...(row.status === 'pending' ? { nextAt: new Date(Number(row.next_at)) } : {}),
+    createdAt: new Date(Number(row.created_at)),
+    attempts: attempts.map(attempt => ({
+      at: new Date(Number(attempt.at)),
+      durationMs: Number(attempt.duration_ms),
+      ...(attempt.status_code === null ? {} : { statusCode: Number(attempt.status_code) }),
+      ...(attempt.error === null ? {} : { error: attempt.error })
+    }))
+  }
+}
+
+/** The changes after a subscription's cursor that it matches, as pending deliveries due at $now: its events, and its tag before or after. */
+const MATCHING = `FROM webhooks w JOIN changes c ON c.position > $after AND c.position <= $end
+  WHERE w.id = $id AND instr(' ' || w.events || ' ', ' ' || c.type || ' ') > 0 AND (w.tag IS NULL OR c.tag = w.tag OR c.tag_before = w.tag)`
+const INSERT_DELIVERIES = `INSERT INTO webhook_deliveries (webhook_id, position, type, plant_id, name, tag, status, next_at, created_at)
+  SELECT w.id, c.position, c.type, c.plant_id, c.name, c.tag, 'pending', $now, $now ${MATCHING} ORDER BY c.position`
+
+/** The webhook writes of the write connection: each runs inside a turn's transaction. */
+export function webhookWrites (db: Database.Database) {
+  const sql = {
+    head: db.prepare('SELECT head FROM change_log').pluck(),
+    bounds: db.prepare(BOUNDS_SQL),
+    insert: db.prepare(`INSERT INTO webhooks (url, events, tag, secret, cursor, created_at) VALUES (?, ?, ?, ?, (SELECT head FROM change_log), ?) RETURNING ${SUBSCRIPTION_COLUMNS}`),
+    remove: db.prepare('DELETE FROM webhooks WHERE id = ?'),
+    rotate: db.prepare('UPDATE webhooks SET previous_secret = secret, previous_until = ?, secret = ? WHERE id = ?'),
+    enable: db.prepare('UPDATE webhooks SET disabled_at = NULL, disabled_reason = NULL, failing_since = NULL, cursor = max(cursor, (SELECT head FROM change_log)) WHERE id = ?'),
+    dueNow: db.prepare("UPDATE webhook_deliveries SET next_at = min(next_at, ?) WHERE webhook_id = ? AND status = 'pending'"),
+    retry: db.prepare("UPDATE webhook_deliveries SET status = 'pending', next_at = ? WHERE id = ? AND webhook_id = ?"),
+    exists: db.prepare('SELECT 1 FROM webhooks WHERE id = ?'),
+    enabled: db.prepare('SELECT id, cursor FROM webhooks WHERE disabled_at IS NULL AND cursor < ? ORDER BY id'),
+    deliver: db.prepare(INSERT_DELIVERIES),
+    advance: db.prepare('UPDATE webhooks SET cursor = ? WHERE id = ?'),
+    subscriptions: db.prepare('SELECT id, url, secret, previous_secret, previous_until FROM webhooks WHERE disabled_at IS NULL ORDER BY id'),
+    leased: db.prepare("SELECT count(*) FROM webhook_deliveries WHERE webhook_id = ? AND status = 'pending' AND lease_until > ?").pluck(),
+    claim: db.prepare(`UPDATE webhook_deliveries SET next_at = $until, lease_until = $until WHERE id IN (
+      SELECT id FROM webhook_deliveries WHERE webhook_id = $id AND status = 'pending' AND next_at <= $now AND lease_until <= $now ORDER BY next_at, id LIMIT $limit
+    ) RETURNING ${DELIVERY_COLUMNS}`),
+    attempt: db.prepare('INSERT INTO webhook_attempts (delivery_id, at, status_code, error, duration_ms) SELECT ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM webhook_deliveries WHERE id = ?)'),
+    settle: db.prepare('UPDATE webhook_deliveries SET status = ?, attempts = attempts + 1, next_at = coalesce(?, next_at), lease_until = 0 WHERE id = ?'),
+    succeeded: db.prepare('UPDATE webhooks SET failing_since = NULL WHERE id = ? AND failing_since IS NOT NULL'),
+    failed: db.prepare('UPDATE webhooks SET failing_since = coalesce(failing_since, ?) WHERE id = ?'),
+    disable: db.prepare('UPDATE webhooks SET disabled_at = $at, disabled_reason = $reason WHERE id = $id AND disabled_at IS NULL AND ($forced OR failing_since <= $at - $limit)'),
+    prune: db.prepare(`DELETE FROM webhook_deliveries WHERE id IN (
+      SELECT id FROM webhook_deliveries WHERE status <> 'pending' AND created_at < ? ORDER BY id LIMIT ?)`)
+  }
+  return {
+    webhookCreate: (subscription: NewSubscription, now: number): Subscription =>
+      rowToSubscription(sql.insert.get(subscription.url, subscription.events.join(' '), subscription.tag ?? null, subscription.secret, now) as SubscriptionRow),
+    webhookRemove: (id: number): boolean => sql.remove.run(id).changes === 1,
+    webhookRotate: (id: number, secret: string, previousUntil: number): boolean => sql.rotate.run(previousUntil, secret, id).changes === 1,
+    webhookEnable: (id: number, now: number): boolean => {
+      if (sql.enable.run(id).changes === 0) return false
+      sql.dueNow.run(now, id)
+      return true
+    },
+    webhookRetry: (id: number, deliveryId: number, now: number): boolean => sql.retry.run(now, deliveryId, id).changes === 1,
+    webhookReplay: (id: number, after: bigint, now: number): number | 'gone' | 'not-found' => {
+      if (sql.exists.get(id) === undefined) return 'not-found'
+      const bounds = sql.bounds.get() as LogBounds
+      if (readFrom(after, bounds) === 'gone') return 'gone'
+      return sql.deliver.run({ id, after, end: bounds.head, now }).changes
+    },
+    webhookEnqueue: (now: number, batch: number): number => {
+      const head = sql.head.get() as bigint
+      let made = 0
+      for (const { id, cursor } of sql.enabled.all(head) as Array<{ id: bigint, cursor: bigint }>) {
+        const end = cursor + BigInt(batch) < head ? cursor + BigInt(batch) : head
+        made += sql.deliver.run({ id, after: cursor, end, now }).changes
+        sql.advance.run(end, id)
+      }
+      return made
+    },
+    webhookClaim: (now: number, until: number, limits: { total: number, perSubscription: number }): ClaimedDelivery[] => {
+      const claimed: ClaimedDelivery[] = []
+      type Row = { id: bigint, url: string, secret: string, previous_secret: string | null, previous_until: bigint | null }
+      for (const subscription of sql.subscriptions.all() as Row[]) {
+        const limit = Math.min(limits.perSubscription - Number(sql.leased.get(subscription.id, now)), limits.total - claimed.length)
+        if (limit <= 0) continue
+        const secrets = subscription.previous_secret !== null && Number(subscription.previous_until) > now ? [subscription.secret, subscription.previous_secret] : [subscription.secret]
+        for (const row of sql.claim.all({ id: subscription.id, now, until, limit }) as DeliveryRow[]) {
+          claimed.push({ id: Number(row.id), webhookId: Number(row.webhook_id), position: row.position, type: row.type, plant: rowToPlant([row.plant_id, row.name, row.tag]), attempts: Number(row.attempts), url: subscription.url, secrets })
+        }
+        if (claimed.length >= limits.total) break
+      }
+      return claimed
+    },
+    webhookRecord: (outcomes: AttemptOutcome[]): void => {
+      for (const { deliveryId, webhookId, attempt, delivered, nextAt, disable } of outcomes) {
+        const at = attempt.at.getTime()
+        sql.attempt.run(deliveryId, at, attempt.statusCode ?? null, attempt.error ?? null, Math.round(attempt.durationMs), deliveryId)
+        sql.settle.run(delivered ? 'delivered' : nextAt === undefined ? 'failed' : 'pending', nextAt?.getTime() ?? null, deliveryId)
+        if (delivered) {
+          sql.succeeded.run(webhookId)
+          continue
+        }
+        sql.failed.run(at, webhookId)
+        sql.disable.run({ id: webhookId, at, reason: disable ?? 'Every delivery failed for five days.', forced: disable === undefined ? 0 : 1, limit: FAILING_LIMIT_MS })
+      }
+    },
+    webhookPrune: (before: number, batch: number): number => sql.prune.run(before, batch).changes
+  }
+}
+
+/** The webhook reads of the read connection. */
+export function webhookReads (db: Database.Database) {
+  const sql = {
+    list: db.prepare(`SELECT ${SUBSCRIPTION_COLUMNS} FROM webhooks ORDER BY id`),
+    get: db.prepare(`SELECT ${SUBSCRIPTION_COLUMNS} FROM webhooks WHERE id = ?`),
+    deliveries: db.prepare(`SELECT ${DELIVERY_COLUMNS} FROM webhook_deliveries
+      WHERE webhook_id = $id AND id > $after AND ($status IS NULL OR status = $status) ORDER BY id LIMIT $limit`),
+    delivery: db.prepare(`SELECT ${DELIVERY_COLUMNS} FROM webhook_deliveries WHERE id = ? AND webhook_id = ?`),
+    attempts: db.prepare('SELECT delivery_id, at, status_code, error, duration_ms FROM webhook_attempts WHERE delivery_id IN (SELECT value FROM json_each(?)) ORDER BY rowid'),
+    // Per subscription, the earliest due from its index: never a scan of every pending delivery.
+    outlook: db.prepare(`SELECT l.head, count(w.id) AS subscriptions, coalesce(max(w.cursor < l.head), 0) AS behind,
+      min((SELECT min(d.next_at) FROM webhook_deliveries d WHERE d.webhook_id = w.id AND d.status = 'pending')) AS next_due
+      FROM change_log l LEFT JOIN webhooks w ON w.disabled_at IS NULL GROUP BY l.head`),
+    due: db.prepare("SELECT count(*) FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id AND w.disabled_at IS NULL WHERE d.status = 'pending' AND d.next_at <= ?").pluck(),
+    disabled: db.prepare('SELECT count(*) FROM webhooks WHERE disabled_at IS NOT NULL').pluck()
+  }
+  const withAttempts = (rows: Array<DeliveryRow & { created_at: bigint }>): Delivery[] => {
+    const attempts = sql.attempts.all(JSON.stringify(rows.map(row => Number(row.id)))) as AttemptRow[]
+    return rows.map(row => rowToDelivery(row, attempts.filter(attempt => attempt.delivery_id === row.id)))
+  }
+  return {
+    list: (): Subscription[] => (sql.list.all() as SubscriptionRow[]).map(rowToSubscription),
+    get: (id: number): Subscription | undefined => {
+      const row = sql.get.get(id) as SubscriptionRow | undefined
+      return row === undefined ? undefined : rowToSubscription(row)
+    },
+    deliveries: (id: number, { status, after, limit }: { status?: DeliveryStatus, after?: number, limit: number }): Delivery[] =>
+      withAttempts(sql.deliveries.all({ id, after: after ?? 0, status: status ?? null, limit }) as Array<DeliveryRow & { created_at: bigint }>),
+    delivery: (id: number, deliveryId: number): Delivery | undefined => {
+      const row = sql.delivery.get(deliveryId, id) as (DeliveryRow & { created_at: bigint }) | undefined
+      return row === undefined ? undefined : withAttempts([row])[0]
+    },
+    outlook: (): Outlook => {
+      const row = sql.outlook.get() as { head: bigint, subscriptions: bigint, behind: bigint, next_due: bigint | null }
+      return { head: row.head, subscriptions: Number(row.subscriptions), behind: row.behind === 1n, ...(row.next_due === null ? {} : { nextDue: new Date(Number(row.next_due)) }) }
+    },
+    backlog: (now: number): { due: number, disabled: number } => ({ due: Number(sql.due.get(now)), disabled: Number(sql.disabled.get()) })
+  }
+}
+
+/** The store's WebhookStore over its write pipeline (`write`, by operation name) and its read batches (`read`). */
+export function sqliteWebhooks (write: <T>(op: keyof ReturnType<typeof webhookWrites>, ...args: unknown[]) => Promise<T>,
+  read: <T>(query: (reads: ReturnType<typeof webhookReads>) => T) => Promise<T>): WebhookStore {
+  return {
+    create: (subscription, now) => write('webhookCreate', subscription, now.getTime()),
+    list: () => read(reads => reads.list()),
+    get: (id) => read(reads => reads.get(id)),
+    remove: (id) => write('webhookRemove', id),
+    rotate: (id, secret, previousUntil) => write('webhookRotate', id, secret, previousUntil.getTime()),
+    enable: async (id, now) => await write<boolean>('webhookEnable', id, now.getTime()) ? await read(reads => reads.get(id)) : undefined,
+    deliveries: (id, query) => read(reads => reads.deliveries(id, query)),
+    retry: async (id, deliveryId, now) => await write<boolean>('webhookRetry', id, deliveryId, now.getTime()) ? await read(reads => reads.delivery(id, deliveryId)) : undefined,
+    replay: (id, after, now) => write('webhookReplay', id, after, now.getTime()),
+    enqueue: (now, batch) => write('webhookEnqueue', now.getTime(), batch),
+    claim: (now, until, limits) => write('webhookClaim', now.getTime(), until.getTime(), limits),
+    record: (outcomes) => write('webhookRecord', outcomes),
+    outlook: () => read(reads => reads.outlook()),
+    backlog: (now) => read(reads => reads.backlog(now.getTime())),
+    prune: (before, batch) => write('webhookPrune', before.getTime(), batch)
+  }
+}

@@ -1,0 +1,110 @@
+// What the stores keep of webhooks (SPEC section 5): subscriptions, and their deliveries, which
+// come out of the change log. The dispatcher (src/webhooks/dispatcher.ts) decides when and what;
+// the store keeps it durable and hands each due delivery to one sender at a time (a lease).
+import type { ChangeType, PlantRecord } from './store.js'
+
+export interface Subscription {
+  id: number
+  url: string
+  events: ChangeType[]
+  tag?: string
+  /** Set when the subscription was disabled (a 410, five days of failures), with why. */
+  disabled?: { at: Date, reason: string }
+  createdAt: Date
+}
+
+export interface NewSubscription { url: string, events: ChangeType[], tag?: string, secret: string }
+
+export type DeliveryStatus = 'pending' | 'delivered' | 'failed'
+
+/** One try of a delivery: when, how long, and the receiver's status code or why there was none. */
+export interface Attempt { at: Date, durationMs: number, statusCode?: number, error?: string }
+
+export interface Delivery {
+  id: number
+  webhookId: number
+  position: bigint
+  type: ChangeType
+  plant: PlantRecord
+  status: DeliveryStatus
+  /** When the next attempt is due, while pending. */
+  nextAt?: Date
+  createdAt: Date
+  attempts: Attempt[]
+}
+
+/** A delivery handed to a sender: what to send, where, and the secrets that sign it. */
+export interface ClaimedDelivery {
+  id: number
+  webhookId: number
+  position: bigint
+  type: ChangeType
+  plant: PlantRecord
+  /** Attempts made before this one. */
+  attempts: number
+  url: string
+  secrets: string[]
+}
+
+/** How an attempt ended, as the dispatcher judged it: delivered, due again at `nextAt`, or failed for good; and whether the subscription is now disabled. */
+export interface AttemptOutcome {
+  deliveryId: number
+  webhookId: number
+  attempt: Attempt
+  delivered: boolean
+  /** When to try again; absent when the delivery is delivered or has failed for good. */
+  nextAt?: Date
+  /** Disables the subscription with this reason (a 410 from the receiver). */
+  disable?: string
+}
+
+export interface Outlook { head: bigint, subscriptions: number, behind: boolean, nextDue?: Date }
+
+export interface WebhookStore {
+  create (subscription: NewSubscription, now: Date): Promise<Subscription>
+  list (): Promise<Subscription[]>
+  get (id: number): Promise<Subscription | undefined>
+  /** Deletes the subscription and its deliveries; false when there was none. */
+  remove (id: number): Promise<boolean>
+  /** Makes `secret` the signing secret; the one it replaces signs too until `previousUntil`. False when there is no such subscription. */
+  rotate (id: number, secret: string, previousUntil: Date): Promise<boolean>
+  /** Enables a disabled subscription: its deliveries start from the head of the log; pending ones are due at once. */
+  enable (id: number, now: Date): Promise<Subscription | undefined>
+
+  /** The subscription's deliveries, oldest first, with ids above `after` and of `status` if given. */
+  deliveries (id: number, query: { status?: DeliveryStatus, after?: number, limit: number }): Promise<Delivery[]>
+  /** Makes the delivery pending and due now; undefined when the subscription has no such delivery. */
+  retry (id: number, deliveryId: number, now: Date): Promise<Delivery | undefined>
+  /** Queues again, as new deliveries, every change after `after` that the subscription matches; 'gone' when the log no longer holds them. */
+  replay (id: number, after: bigint, now: Date): Promise<number | 'gone' | 'not-found'>
+
+  /**
+   * Makes deliveries of the changes logged since each enabled subscription's cursor (at most
+   * `batch` changes a subscription), due at `now`; answers how many it made.
+   */
+  enqueue (now: Date, batch: number): Promise<number>
+  /**
+   * Leases up to `total` due deliveries of enabled subscriptions until `until`, oldest due first,
+   * no more than `perSubscription` leased at once for one subscription (by anyone). A leased
+   * delivery is due again at `until`: if its attempt is never recorded (its sender died), it is
+   * made again then.
+   */
+  claim (now: Date, until: Date, limits: { total: number, perSubscription: number }): Promise<ClaimedDelivery[]>
+  /** Stores the attempts' outcomes and ends their leases, in one transaction. Five days of failures disable a subscription. */
+  record (outcomes: AttemptOutcome[]): Promise<void>
+  /**
+   * Where the work stands, in one read: the log's head, the enabled subscriptions, whether any
+   * has changes not yet made deliveries, and when the earliest pending delivery is due.
+   */
+  outlook (): Promise<Outlook>
+  /** Pending deliveries due by `now`, and disabled subscriptions: for the metrics. */
+  backlog (now: Date): Promise<{ due: number, disabled: number }>
+  /** Drops delivered and failed deliveries made before `before`, at most `batch`; answers how many. */
+  prune (before: Date, batch: number): Promise<number>
+}
+
+/** Failing deliveries for this long, with no success between, disable a subscription (SPEC section 5). */
+export const FAILING_LIMIT_MS = 5 * 86_400_000
+
+/** How long the delivery log keeps a delivered or failed delivery (SPEC section 5). */
+export const DELIVERY_LOG_MS = 30 * 86_400_000

@@ -1,0 +1,163 @@
+// The webhook store contract (SPEC section 5): deliveries made out of the change log, leased one
+// sender at a time, their outcomes recorded; the same behaviours on SQLite always and on
+// PostgreSQL when TEST_DATABASE_URL names a server. Times are injected: nothing here waits.
+import assert from 'node:assert/strict'
+import { test, type TestContext } from 'node:test'
+import type { Store } from '../../src/store/store.js'
+import type { AttemptOutcome, ClaimedDelivery } from '../../src/store/webhooks.js'
+import { testStores } from '../helpers.js'
+import { openTestStore } from '../stored.js'
+
+const T0 = new Date('2026-11-25T00:00:00.000Z')
+const at = (ms: number): Date => new Date(T0.getTime() + ms)
+const BIG = 9223372036854775807n
+const SECRET = 'whsec_' + Buffer.alloc(32, 1).toString('base64')
+const LIMITS = { total: 100, perSubscription: 100 }
+
+const positions = (claimed: ClaimedDelivery[]): bigint[] => claimed.map(delivery => delivery.position).sort((a, b) => Number(a - b))
+
+function outcome (delivery: ClaimedDelivery, when: Date, result: Partial<AttemptOutcome>): AttemptOutcome {
+  return { deliveryId: delivery.id, webhookId: delivery.webhookId, attempt: { at: when, durationMs: 3 }, delivered: false, ...result }
+}
+
+for (const kind of testStores()) {
+  const open = async (t: TestContext): Promise<Store> => await openTestStore(t, kind)
+
+  test(`${kind}: a subscription gets the changes after its creation that match its events and tag (before or after), each once`, async (t) => {
+    const store = await open(t)
+    await store.create({ id: 1n, name: 'before' })
+    const all = await store.webhooks.create({ url: 'https://example.com/all', events: ['plant.created', 'plant.updated', 'plant.deleted'], secret: SECRET }, T0)
+    const shade = await store.webhooks.create({ url: 'https://example.com/shade', events: ['plant.updated', 'plant.deleted'], tag: 'shade', secret: SECRET }, T0)
+    assert.deepEqual(all, { id: all.id, url: 'https://example.com/all', events: ['plant.created', 'plant.updated', 'plant.deleted'], createdAt: T0 })
+    assert.equal(shade.tag, 'shade')
+    await store.create({ id: BIG, name: 'Fern', tag: 'shade' }) // 2
+    await store.replace(BIG, { name: 'Fern', tag: 'sun' }) // 3: shade before
+    await store.replace(BIG, { name: 'Fern II', tag: 'sun' }) // 4: shade neither before nor after
+    await store.remove(BIG) // 5
+    await store.remove(1n) // 6
+
+    assert.deepEqual(await store.webhooks.outlook(), { head: 6n, subscriptions: 2, behind: true })
+    assert.equal(await store.webhooks.enqueue(T0, 500), 5 + 1)
+    assert.equal(await store.webhooks.enqueue(T0, 500), 0, 'a change is made a delivery once')
+    assert.deepEqual(await store.webhooks.outlook(), { head: 6n, subscriptions: 2, behind: false, nextDue: T0 })
+    const claimed = await store.webhooks.claim(T0, at(20_000), LIMITS)
+    assert.deepEqual(positions(claimed.filter(d => d.webhookId === all.id)), [2n, 3n, 4n, 5n, 6n])
+    assert.deepEqual(positions(claimed.filter(d => d.webhookId === shade.id)), [3n])
+    const deleted = claimed.find(d => d.webhookId === all.id && d.position === 5n)!
+    assert.deepEqual({ type: deleted.type, plant: deleted.plant, attempts: deleted.attempts, url: deleted.url, secrets: deleted.secrets },
+      { type: 'plant.deleted', plant: { id: BIG, name: 'Fern II', tag: 'sun' }, attempts: 0, url: 'https://example.com/all', secrets: [SECRET] }, 'the plant as it was, its id exact')
+  })
+
+  test(`${kind}: a leased delivery is nobody else's until its lease ends; the caps per subscription and in all hold`, async (t) => {
+    const store = await open(t)
+    const hook = await store.webhooks.create({ url: 'https://example.com/', events: ['plant.created'], secret: SECRET }, T0)
+    for (let id = 1n; id <= 5n; id++) await store.create({ id, name: `p${id}` })
+    await store.webhooks.enqueue(T0, 2) // a batch of 2 changes at a time
+    assert.equal((await store.webhooks.outlook()).behind, true, 'the rest waits for the next batch')
+    await store.webhooks.enqueue(T0, 2)
+    await store.webhooks.enqueue(T0, 2)
+    assert.equal((await store.webhooks.outlook()).behind, false)
+
+    const first = await store.webhooks.claim(T0, at(20_000), { total: 10, perSubscription: 2 })
+    assert.deepEqual(positions(first), [1n, 2n], 'two leased at most for one subscription, oldest first')
+    assert.deepEqual(await store.webhooks.claim(at(1), at(20_000), { total: 10, perSubscription: 2 }), [], 'while two are leased, none more')
+    const third = await store.webhooks.claim(at(1), at(20_000), { total: 1, perSubscription: 3 })
+    assert.deepEqual(positions(third), [3n], 'the cap in all')
+    await store.webhooks.record([outcome(first[0], at(5), { delivered: true })])
+    assert.deepEqual(positions(await store.webhooks.claim(at(6), at(20_000), { total: 10, perSubscription: 3 })), [4n], 'a place freed is taken')
+
+    // The sender of `first[1]` died: once its lease has run out, another takes it, the same delivery.
+    const again = await store.webhooks.claim(at(20_001), at(40_000), { total: 10, perSubscription: 10 })
+    assert.deepEqual(positions(again), [2n, 3n, 4n, 5n])
+    assert.equal(again.find(d => d.position === 2n)!.id, first[1].id)
+    assert.equal(again[0].webhookId, hook.id)
+  })
+
+  test(`${kind}: outcomes: delivered, due again, failed for good; a 410 disables at once, five days of failures too, a success in between resets`, async (t) => {
+    const store = await open(t)
+    const hook = await store.webhooks.create({ url: 'https://example.com/', events: ['plant.created'], secret: SECRET }, T0)
+    for (let id = 1n; id <= 3n; id++) await store.create({ id, name: `p${id}` })
+    await store.webhooks.enqueue(T0, 500)
+    const [d1, d2, d3] = (await store.webhooks.claim(T0, at(20_000), LIMITS)).sort((a, b) => Number(a.position - b.position))
+    await store.webhooks.record([
+      outcome(d1, T0, { delivered: true, attempt: { at: T0, durationMs: 4.4, statusCode: 204 } }),
+      outcome(d2, T0, { nextAt: at(5000), attempt: { at: T0, durationMs: 2, statusCode: 500 } }),
+      outcome(d3, T0, { attempt: { at: T0, durationMs: 15000, error: 'no answer within 15 s' } })
+    ])
+    const log = await store.webhooks.deliveries(hook.id, { limit: 10 })
+    assert.deepEqual(log.map(d => [d.position, d.status, d.nextAt, d.attempts]), [
+      [1n, 'delivered', undefined, [{ at: T0, durationMs: 4, statusCode: 204 }]],
+      [2n, 'pending', at(5000), [{ at: T0, durationMs: 2, statusCode: 500 }]],
+      [3n, 'failed', undefined, [{ at: T0, durationMs: 15000, error: 'no answer within 15 s' }]]
+    ])
+    assert.deepEqual((await store.webhooks.deliveries(hook.id, { status: 'pending', limit: 10 })).map(d => d.position), [2n])
+    assert.deepEqual((await store.webhooks.deliveries(hook.id, { after: log[0].id, limit: 1 })).map(d => d.position), [2n], 'pages by id')
+    assert.deepEqual(await store.webhooks.claim(at(4999), at(30_000), LIMITS), [], 'not due before its time')
+    assert.deepEqual(await store.webhooks.backlog(at(5000)), { due: 1, disabled: 0 })
+
+    // Failing from T0 on: at T0 + 5 days the subscription is disabled; a success before that resets the count.
+    const [retry] = await store.webhooks.claim(at(5000), at(30_000), LIMITS)
+    await store.webhooks.record([outcome(retry, at(86_400_000), { nextAt: at(2 * 86_400_000) })])
+    assert.equal((await store.webhooks.get(hook.id))!.disabled, undefined)
+    await store.webhooks.retry(hook.id, retry.id, at(4 * 86_400_000))
+    const [later] = await store.webhooks.claim(at(4 * 86_400_000), at(4 * 86_400_000 + 20_000), LIMITS)
+    await store.webhooks.record([outcome(later, at(5 * 86_400_000), { nextAt: at(6 * 86_400_000) })])
+    assert.deepEqual((await store.webhooks.get(hook.id))!.disabled, { at: at(5 * 86_400_000), reason: 'Every delivery failed for five days.' })
+    assert.deepEqual(await store.webhooks.claim(at(7 * 86_400_000), at(8 * 86_400_000), LIMITS), [], 'a disabled subscription sends nothing')
+    assert.deepEqual(await store.webhooks.backlog(at(7 * 86_400_000)), { due: 0, disabled: 1 })
+
+    const enabled = await store.webhooks.enable(hook.id, at(7 * 86_400_000))
+    assert.equal(enabled!.disabled, undefined)
+    await store.create({ id: 4n, name: 'p4' })
+    await store.webhooks.enqueue(at(7 * 86_400_000), 500)
+    const resumed = await store.webhooks.claim(at(7 * 86_400_000), at(8 * 86_400_000), LIMITS)
+    assert.deepEqual(positions(resumed), [2n, 4n], 'its pending delivery due at once, and changes from the enable on')
+    await store.webhooks.record([outcome(resumed[0], at(7 * 86_400_000), { delivered: true }), outcome(resumed[1], at(7 * 86_400_000), { disable: 'The receiver answered 410 Gone.' })])
+    assert.equal((await store.webhooks.get(hook.id))!.disabled?.reason, 'The receiver answered 410 Gone.', 'a 410 disables at once')
+  })
+
+  test(`${kind}: retry, replay within the log, delete with its deliveries, prune of the settled`, async (t) => {
+    const store = await open(t)
+    const hook = await store.webhooks.create({ url: 'https://example.com/', events: ['plant.created', 'plant.deleted'], secret: SECRET }, T0)
+    await store.create({ id: 1n, name: 'p1' })
+    await store.create({ id: 2n, name: 'p2', tag: 'x' })
+    await store.remove(2n)
+    await store.webhooks.enqueue(T0, 500)
+    const claimed = await store.webhooks.claim(T0, at(20_000), LIMITS)
+    await store.webhooks.record(claimed.map(d => outcome(d, T0, { delivered: true })))
+    assert.deepEqual(await store.webhooks.claim(at(1), at(20_000), LIMITS), [])
+
+    const retried = await store.webhooks.retry(hook.id, claimed[0].id, at(10))
+    assert.equal(retried?.status, 'pending')
+    assert.equal(retried?.attempts.length, 1)
+    assert.equal(await store.webhooks.retry(hook.id, 999_999, at(10)), undefined)
+    assert.equal(await store.webhooks.retry(hook.id + 1, claimed[0].id, at(10)), undefined, 'a delivery of another subscription is not found')
+    assert.equal((await store.webhooks.claim(at(10), at(20_000), LIMITS)).length, 1)
+
+    assert.equal(await store.webhooks.replay(hook.id, 0n, at(20)), 3)
+    assert.equal(await store.webhooks.replay(hook.id, 2n, at(20)), 1)
+    assert.equal(await store.webhooks.replay(hook.id, 4n, at(20)), 'gone', 'beyond the head')
+    assert.equal(await store.webhooks.replay(hook.id + 1, 0n, at(20)), 'not-found')
+    assert.deepEqual(positions(await store.webhooks.claim(at(20), at(20_000), LIMITS)), [1n, 2n, 3n, 3n])
+
+    assert.equal(await store.webhooks.prune(at(1), 1000), 2, 'the two settled deliveries made at T0; pending ones stay')
+    assert.equal((await store.webhooks.deliveries(hook.id, { limit: 10 })).length, 5)
+    assert.equal(await store.webhooks.rotate(hook.id, SECRET.replace('A', 'B'), at(86_400_000)), true)
+    assert.equal(await store.webhooks.remove(hook.id), true)
+    assert.equal(await store.webhooks.remove(hook.id), false)
+    assert.deepEqual(await store.webhooks.list(), [])
+    assert.deepEqual(await store.webhooks.deliveries(hook.id, { limit: 10 }), [])
+  })
+
+  test(`${kind}: after a rotation both secrets sign until the overlap ends`, async (t) => {
+    const store = await open(t)
+    const hook = await store.webhooks.create({ url: 'https://example.com/', events: ['plant.created'], secret: 'whsec_old' }, T0)
+    await store.webhooks.rotate(hook.id, 'whsec_new', at(86_400_000))
+    await store.create({ id: 1n, name: 'p1' })
+    await store.webhooks.enqueue(T0, 500)
+    const [during] = await store.webhooks.claim(T0, at(20_000), LIMITS)
+    assert.deepEqual(during.secrets, ['whsec_new', 'whsec_old'])
+    const [after] = await store.webhooks.claim(at(86_400_000), at(86_420_000), LIMITS)
+    assert.deepEqual(after.secrets, ['whsec_new'])
+  })
+}
