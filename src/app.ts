@@ -11,24 +11,30 @@ import { installEdgeChecks } from './edge.js'
 import { ApiError, clientErrorHandler, frameworkErrorHandler, installErrorHandling, refusalReport } from './errors.js'
 import { JsonError, parseJson } from './json.js'
 import { installRequestMetrics, refusalCounter } from './metrics/http.js'
-import { createMetrics } from './metrics/metrics.js'
+import { createMetrics, type Metrics } from './metrics/metrics.js'
 import { instrumentStore } from './metrics/store.js'
 import { RateLimiter } from './rate-limit.js'
 import { docs } from './routes/docs.js'
 import { changes } from './routes/changes.js'
 import { plants } from './routes/plants.js'
 import { system } from './routes/system.js'
+import { webhooks } from './routes/webhooks.js'
 import type { Store } from './store/store.js'
+import { Dispatcher } from './webhooks/dispatcher.js'
+import { Sender } from './webhooks/sender.js'
 
 /** How long an idle keep-alive connection stays open: above the 60 s idle timeout of common load balancers. */
 export const KEEP_ALIVE_TIMEOUT_MS = 72_000
 
 export interface AppOptions {
-  config: Pick<Config, 'logLevel' | 'rateLimitPerMinute' | 'requestTimeout'> & Partial<Pick<Config, 'corsOrigins' | 'changesMaxReaders'>>
+  config: Pick<Config, 'logLevel' | 'rateLimitPerMinute' | 'requestTimeout'> & Partial<Pick<Config, 'corsOrigins' | 'changesMaxReaders' | 'webhooksAllowPrivate' | 'webhooksMaxInFlight' | 'webhooksTimeout'>>
   store: Store
   /** The service's logger; by default one at `config.logLevel` on stdout. */
   log?: Logger
 }
+
+/** How long a stopping server lets webhook attempts in flight finish; those still running are made again later (same webhook-id). */
+const WEBHOOKS_STOP_MS = 2000
 
 /** How often Node looks for requests that are late in arriving: a tenth of the limit, at most 500 ms. */
 const arrivalCheckMs = (seconds: number): number => Math.min(500, seconds * 100)
@@ -136,9 +142,46 @@ export async function buildApp ({ config, store: bareStore, log = pino({ level: 
   // Before the server stops accepting and waits for its connections: streams end, waiting polls answer now.
   app.addHook('preClose', (done) => { feed.close(); done() })
 
+  const dispatcher = startWebhooks(app, { store, feed, log, metrics, config })
+
   await app.register(system, { store, metrics: metrics.registry })
   await app.register(docs)
   await app.register(plants, { store, feed })
   await app.register(changes, { store, feed, stillAllowed, log })
+  await app.register(webhooks, { webhooks: store.webhooks, allowPrivate: config.webhooksAllowPrivate ?? false, poke: () => dispatcher.poke() })
   return app
+}
+
+/**
+ * The webhook dispatcher of this process, started once the app listens and stopped when it
+ * closes (after the requests in flight, before the caller closes the store).
+ */
+function startWebhooks (app: FastifyInstance, { store, feed, log, metrics, config }: { store: Store, feed: Feed, log: Logger, metrics: Metrics, config: AppOptions['config'] }): Dispatcher {
+  const timeoutMs = (config.webhooksTimeout ?? 15) * 1000
+  const maxInFlight = config.webhooksMaxInFlight ?? 64
+  const sender = new Sender({ allowPrivate: config.webhooksAllowPrivate ?? false, timeoutMs })
+  const outcomes = {
+    delivered: metrics.webhookAttempts.series({ outcome: 'delivered' }),
+    retrying: metrics.webhookAttempts.series({ outcome: 'retrying' }),
+    failed: metrics.webhookAttempts.series({ outcome: 'failed' })
+  }
+  const dispatcher = new Dispatcher({
+    store: store.webhooks,
+    feed,
+    log,
+    send: (delivery, now) => sender.attempt(delivery, now),
+    timeoutMs,
+    maxInFlight,
+    perSubscription: Math.max(1, Math.floor(maxInFlight / 8)),
+    observe: ({ delivered, nextAt, attempt }) => outcomes[delivered ? 'delivered' : nextAt === undefined ? 'failed' : 'retrying'].observe(attempt.durationMs / 1000)
+  })
+  metrics.state.webhooks.attempts = () => dispatcher.attempts
+  metrics.state.webhooks.backlog = () => store.webhooks.backlog(new Date())
+  // Once listening: an app only injected into (tests, tools) sends nothing.
+  app.addHook('onListen', (done) => { dispatcher.start(); done() })
+  app.addHook('onClose', async () => {
+    await dispatcher.stop(WEBHOOKS_STOP_MS)
+    sender.close()
+  })
+  return dispatcher
 }

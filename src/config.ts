@@ -25,6 +25,12 @@ export interface Config {
   changesRetentionMs: number
   /** Change streams open and long polls waiting, together, at most; past it they are answered 503. Default 1000. */
   changesMaxReaders: number
+  /** Webhook URLs on loopback, private, link-local and metadata addresses are taken too: for local tests only. Default false. */
+  webhooksAllowPrivate: boolean
+  /** Webhook attempts in flight in this process at most (one subscription: an eighth of it, at least 1). Default 64. */
+  webhooksMaxInFlight: number
+  /** Seconds a webhook receiver has to answer. Default 15. */
+  webhooksTimeout: number
 }
 
 /** A configuration value that cannot be used: the message is the one line shown at start. */
@@ -97,7 +103,17 @@ const table = {
       return ms
     }
   },
-  changesMaxReaders: { env: 'CHANGES_MAX_READERS', fallback: '1000', parse: (t: string) => integer('CHANGES_MAX_READERS', t, 0, 100_000) }
+  changesMaxReaders: { env: 'CHANGES_MAX_READERS', fallback: '1000', parse: (t: string) => integer('CHANGES_MAX_READERS', t, 0, 100_000) },
+  webhooksAllowPrivate: {
+    env: 'WEBHOOKS_ALLOW_PRIVATE',
+    fallback: 'false',
+    parse: (t: string) => {
+      if (t !== 'true' && t !== 'false') throw new ConfigError(`WEBHOOKS_ALLOW_PRIVATE must be true or false, not "${t}".`)
+      return t === 'true'
+    }
+  },
+  webhooksMaxInFlight: { env: 'WEBHOOKS_MAX_IN_FLIGHT', fallback: '64', parse: (t: string) => integer('WEBHOOKS_MAX_IN_FLIGHT', t, 1, 10_000) },
+  webhooksTimeout: { env: 'WEBHOOKS_TIMEOUT', fallback: '15', parse: (t: string) => integer('WEBHOOKS_TIMEOUT', t, 1, 300) }
 } as const
 
 /** The environment variable behind each setting, for help texts and `serve` flags. */

@@ -84,8 +84,8 @@ const INT_RANGES: Record<string, [bigint, bigint]> = {
 /**
  * Integers are checked by our keywords, not Ajv's `type: integer`: JavaScript numbers cannot hold
  * every int64, and Ajv's coercion of path and query text would take `1e2` or ` 1` for numbers.
- * In bodies, `x-int64` takes a safe-integer number or a bigint in range (the JSON reader gives
- * integers beyond 2^53 as bigints) and hands it on as a bigint, whatever its size. In path and
+ * In bodies, `x-int64` takes a safe-integer number or a bigint within the schema's bounds (the
+ * JSON reader gives integers beyond 2^53 as bigints) and hands it on as a bigint, whatever its size. In path and
  * query text, `x-integer` takes plain decimal digits only, within the schema's bounds.
  */
 function integerKeywords (schema: unknown, fromText: boolean): unknown {
@@ -96,7 +96,7 @@ function integerKeywords (schema: unknown, fromText: boolean): unknown {
     const [low, high] = INT_RANGES[format as string] ?? [BigInt(Number.MIN_SAFE_INTEGER), BigInt(Number.MAX_SAFE_INTEGER)]
     const bounds = { int64: format === 'int64', minimum: String(minimum ?? low), maximum: String(maximum ?? high) }
     if (fromText) return { ...rest, 'x-integer': bounds }
-    if (format === 'int64') return { ...rest, 'x-int64': true }
+    if (format === 'int64') return { ...rest, 'x-int64': bounds }
   }
   return Object.fromEntries(Object.entries(schema).map(([key, value]) => [key, integerKeywords(value, fromText)]))
 }
@@ -114,10 +114,11 @@ function makeAjv (fromText: boolean): Ajv {
     keyword: 'x-int64',
     modifying: true,
     errors: false,
-    validate: (_: unknown, data: unknown, _schema?: unknown, context?: KeywordContext) => {
-      if (typeof data === 'bigint') return data >= INT64_MIN && data <= INT64_MAX
-      if (typeof data !== 'number' || !Number.isSafeInteger(data) || context === undefined) return false
-      context.parentData[context.parentDataProperty] = BigInt(data)
+    validate: (bounds: { minimum: string, maximum: string }, data: unknown, _schema?: unknown, context?: KeywordContext) => {
+      if (typeof data !== 'bigint' && (typeof data !== 'number' || !Number.isSafeInteger(data))) return false
+      const value = BigInt(data)
+      if (value < BigInt(bounds.minimum) || value > BigInt(bounds.maximum) || context === undefined) return false
+      context.parentData[context.parentDataProperty] = value
       return true
     }
   })

@@ -18,11 +18,14 @@ export const failures = {
   missingHost: { status: 400, message: 'The request has no Host header, which HTTP/1.1 requires.' },
   repeatedHeader: { status: 400, message: 'A header that takes one value was sent more than once; send it once.' },
   invalidCondition: { status: 400, message: 'A conditional header is not valid: send "*" or ETags in double quotes.' },
+  webhookUrlRefused: { status: 400, message: 'The webhook URL cannot be used.' },
   invalidEventId: { status: 400, message: 'The Last-Event-ID header must be a position: a whole number in plain decimal digits.' },
   bodyLengthMismatch: { status: 400, message: 'The request body is shorter or longer than its Content-Length header says.' },
   badToken: { status: 401, message: 'A valid bearer token is required: send "Authorization: Bearer <token>".', headers: { 'www-authenticate': 'Bearer' } },
   missingScope: { status: 403, message: 'This token lacks the scope this operation needs.' },
   plantNotFound: { status: 404, message: 'No plant has this id.' },
+  webhookNotFound: { status: 404, message: 'No webhook subscription has this id.' },
+  deliveryNotFound: { status: 404, message: 'This webhook subscription has no delivery with this id.' },
   routeNotFound: { status: 404, message: 'There is no such route; see /openapi.json for the ones there are.' },
   fileNotFound: { status: 404, message: 'The API reference has no file of this name; open /docs.' },
   methodNotAllowed: { status: 405, message: 'This method is not allowed here; the Allow header lists the ones that are.' },
@@ -88,8 +91,11 @@ const ARTICLES: Record<string, string> = { string: 'a string', integer: 'an inte
 export function rule ({ keyword, message, params, schema }: ValidationIssue): string {
   switch (keyword) {
     case 'required': return 'is required'
-    case 'additionalProperties': return 'is not a parameter of this operation'
-    case 'x-int64': return 'must be an integer from -9223372036854775808 to 9223372036854775807'
+    case 'additionalProperties': return 'is not one this operation takes'
+    case 'x-int64': {
+      const { minimum, maximum } = schema as { minimum: string, maximum: string }
+      return `must be an integer from ${minimum} to ${maximum}`
+    }
     case 'x-integer': {
       const { minimum, maximum } = schema as { minimum: string, maximum: string }
       return `must be a whole number from ${minimum} to ${maximum}, in plain decimal digits`
@@ -97,6 +103,8 @@ export function rule ({ keyword, message, params, schema }: ValidationIssue): st
     case 'type': return `must be ${ARTICLES[String(params.type)] ?? String(params.type)}`
     case 'minLength': return params.limit === 1 ? 'must not be empty' : `must be at least ${String(params.limit)} characters long`
     case 'maxLength': return `must be at most ${String(params.limit)} characters long`
+    case 'minItems': return `must hold at least ${String(params.limit)} item${params.limit === 1 ? '' : 's'}`
+    case 'uniqueItems': return 'must not hold an item twice'
     case 'minimum': return `must be at least ${String(params.limit)}`
     case 'maximum': return `must be at most ${String(params.limit)}`
     default: return message ?? 'is not valid'

@@ -200,8 +200,237 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/webhooks": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List webhook subscriptions
+         * @description Every subscription, by id; never a secret. Needs `admin`.
+         */
+        get: operations["listWebhooks"];
+        put?: never;
+        /**
+         * Subscribe a URL to plant changes
+         * @description Creates a subscription: from now on, each change of a plant it matches is POSTed to `url` (see the `webhooks` section for what is sent). The answer holds the signing secret, shown only here. Needs `admin`.
+         */
+        post: operations["createWebhook"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/webhooks/{webhookId}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The subscription's id. */
+                webhookId: components["schemas"]["WebhookId"];
+            };
+            cookie?: never;
+        };
+        /**
+         * Read a webhook subscription
+         * @description One subscription; never its secret. Needs `admin`.
+         */
+        get: operations["getWebhook"];
+        put?: never;
+        post?: never;
+        /**
+         * Delete a webhook subscription
+         * @description Deletes the subscription and its delivery log; nothing more is sent to it. Needs `admin`.
+         */
+        delete: operations["deleteWebhook"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/webhooks/{webhookId}/rotate-secret": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The subscription's id. */
+                webhookId: components["schemas"]["WebhookId"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Rotate a subscription's signing secret
+         * @description Makes a new signing secret. For 24 hours every delivery carries two signatures in `webhook-signature`, one with each secret, so the receiver can switch at its own pace; then only the new one. Needs `admin`.
+         */
+        post: operations["rotateWebhookSecret"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/webhooks/{webhookId}/enable": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The subscription's id. */
+                webhookId: components["schemas"]["WebhookId"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Enable a disabled subscription
+         * @description Enables a subscription that was disabled. Changes made while it was disabled are not sent (queue them with `replay`); its pending deliveries are due at once. Needs `admin`.
+         */
+        post: operations["enableWebhook"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/webhooks/{webhookId}/deliveries": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The subscription's id. */
+                webhookId: components["schemas"]["WebhookId"];
+            };
+            cookie?: never;
+        };
+        /**
+         * A subscription's delivery log
+         * @description The subscription's deliveries by id, oldest first, with their attempts; delivered and failed ones are kept 30 days. While more remain, a `Link` header with `rel="next"` points to the next page. Needs `admin`.
+         */
+        get: operations["listWebhookDeliveries"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/webhooks/{webhookId}/deliveries/{deliveryId}/retry": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The subscription's id. */
+                webhookId: components["schemas"]["WebhookId"];
+                /** @description The delivery's id. */
+                deliveryId: components["schemas"]["DeliveryId"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Send a delivery again now
+         * @description Makes the delivery pending and due now, whatever its state; it is attempted within a second (by one instance), with the same `webhook-id`. If that attempt fails, the schedule goes on from where it stood. Needs `admin`.
+         */
+        post: operations["retryWebhookDelivery"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/webhooks/{webhookId}/replay": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The subscription's id. */
+                webhookId: components["schemas"]["WebhookId"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Queue past changes again
+         * @description Queues, as new deliveries due now, every change after the position `after` that the subscription matches, with their original `webhook-id`s: after an outage, a receiver catches up (and de-duplicates what it had). The change log's retention (`CHANGES_RETENTION`) bounds how far back: past it, `410`. Needs `admin`.
+         */
+        post: operations["replayWebhook"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
-export type webhooks = Record<string, never>;
+export interface webhooks {
+    "plant.created": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * A plant was created
+         * @description Sent to each enabled subscription whose `events` include `plant.created` (and whose `tag`, if any, the plant carried before or after the change), once the change has committed; at least once, so de-duplicate on `webhook-id`; not necessarily in order, so order by `webhook-position`. Any 2xx within 15 s counts as delivered; anything else (no answer, another status, a redirect, which is not followed) is retried 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 14 h, 20 h and 24 h after the previous attempt (each give or take 10%, longer if `Retry-After` asks), then the delivery has failed. `410` disables the subscription at once. The body is the plant as the change left it.
+         */
+        post: operations["onPlantCreated"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "plant.updated": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * A plant was replaced
+         * @description Sent to each enabled subscription whose `events` include `plant.updated` (and whose `tag`, if any, the plant carried before or after the change), once the change has committed; at least once, so de-duplicate on `webhook-id`; not necessarily in order, so order by `webhook-position`. Any 2xx within 15 s counts as delivered; anything else (no answer, another status, a redirect, which is not followed) is retried 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 14 h, 20 h and 24 h after the previous attempt (each give or take 10%, longer if `Retry-After` asks), then the delivery has failed. `410` disables the subscription at once. The body is the plant as the change left it.
+         */
+        post: operations["onPlantUpdated"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "plant.deleted": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * A plant was deleted
+         * @description Sent to each enabled subscription whose `events` include `plant.deleted` (and whose `tag`, if any, the plant carried before or after the change), once the change has committed; at least once, so de-duplicate on `webhook-id`; not necessarily in order, so order by `webhook-position`. Any 2xx within 15 s counts as delivered; anything else (no answer, another status, a redirect, which is not followed) is retried 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 14 h, 20 h and 24 h after the previous attempt (each give or take 10%, longer if `Retry-After` asks), then the delivery has failed. `410` disables the subscription at once. The body is the plant as it was.
+         */
+        post: operations["onPlantDeleted"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+}
 export interface components {
     schemas: {
         Plant: {
@@ -274,6 +503,129 @@ export interface components {
              * @description When the change was made (RFC 3339, UTC, milliseconds).
              */
             at: string;
+        };
+        /**
+         * @description A kind of change of a plant.
+         * @enum {string}
+         */
+        WebhookEvent: "plant.created" | "plant.updated" | "plant.deleted";
+        /**
+         * Format: int64
+         * @description A subscription's id, in plain decimal.
+         */
+        WebhookId: bigint;
+        /**
+         * Format: int64
+         * @description A delivery's id, in plain decimal.
+         */
+        DeliveryId: bigint;
+        /** @description A subscription to create. Unknown fields are refused (`400`): a misspelt `event` must not silently subscribe to the default. */
+        NewWebhook: {
+            /** @description Where deliveries are POSTed: an absolute `http` or `https` URL without credentials. A URL whose host is (or resolves to) a loopback, private, link-local, unique-local, reserved or cloud-metadata address is refused unless the server runs with `WEBHOOKS_ALLOW_PRIVATE=true`. */
+            url: string;
+            /**
+             * @description The kinds of change delivered; `plant.created` when absent.
+             * @default [
+             *       "plant.created"
+             *     ]
+             */
+            events: components["schemas"]["WebhookEvent"][];
+            /** @description Only changes of plants that carry this tag before or after the change. */
+            tag?: string;
+        };
+        /** @description A subscription, as listed: never its secret. */
+        Webhook: {
+            id: components["schemas"]["WebhookId"];
+            url: string;
+            events: components["schemas"]["WebhookEvent"][];
+            tag?: string;
+            /** @description False once disabled (a `410` from the receiver, or every delivery failing for five days): it sends nothing until `POST /webhooks/{webhookId}/enable`. */
+            enabled: boolean;
+            /** @description Why it was disabled, while it is. */
+            disabledReason?: string;
+            /** Format: date-time */
+            disabledAt?: string;
+            /** Format: date-time */
+            createdAt: string;
+        };
+        /** @description A new signing secret; the previous one signs too for 24 hours. */
+        NewWebhookSecret: {
+            /** @description The signing secret: `whsec_` and base64 bytes, per Standard Webhooks. Shown only in this answer. */
+            secret: string;
+        };
+        /** @description A new subscription and its signing secret, shown only here. */
+        CreatedWebhook: {
+            id: components["schemas"]["WebhookId"];
+            url: string;
+            events: components["schemas"]["WebhookEvent"][];
+            tag?: string;
+            /** @description False once disabled (a `410` from the receiver, or every delivery failing for five days): it sends nothing until `POST /webhooks/{webhookId}/enable`. */
+            enabled: boolean;
+            /** @description Why it was disabled, while it is. */
+            disabledReason?: string;
+            /** Format: date-time */
+            disabledAt?: string;
+            /** Format: date-time */
+            createdAt: string;
+            /** @description The signing secret: `whsec_` and base64 bytes, per Standard Webhooks. Shown only in this answer. */
+            secret: string;
+        };
+        /** @description One attempt of a delivery. */
+        DeliveryAttempt: {
+            /** Format: date-time */
+            at: string;
+            /**
+             * Format: int32
+             * @description From the request's start to the answer, or to the failure.
+             */
+            durationMs: number;
+            /**
+             * Format: int32
+             * @description The receiver's status code, when it answered.
+             */
+            statusCode?: number;
+            /** @description Why there was no answer: the connection refused or cut, no answer within 15 s, an address refused (SSRF guard). */
+            error?: string;
+        };
+        /** @description One change sent (or to be sent) to one subscription, and its attempts. */
+        Delivery: {
+            id: components["schemas"]["DeliveryId"];
+            webhookId: components["schemas"]["WebhookId"];
+            /**
+             * Format: int64
+             * @description The change's position in the log: the `webhook-position` header, and `chg_<position>` is the `webhook-id`.
+             */
+            position: bigint;
+            type: components["schemas"]["WebhookEvent"];
+            /** @description The body sent: the plant as the change left it (for `plant.deleted`, as it was). */
+            plant: components["schemas"]["PlantRecord"];
+            /**
+             * @description `pending` until a 2xx (`delivered`) or the last attempt of the schedule (`failed`).
+             * @enum {string}
+             */
+            status: "pending" | "delivered" | "failed";
+            /**
+             * Format: date-time
+             * @description While pending: when the next attempt is due.
+             */
+            nextAt?: string;
+            /** Format: date-time */
+            createdAt: string;
+            attempts: components["schemas"]["DeliveryAttempt"][];
+        };
+        Replay: {
+            /**
+             * Format: int64
+             * @description A position of the change log: every matching change after it is queued again.
+             */
+            after: bigint;
+        };
+        Replayed: {
+            /**
+             * Format: int64
+             * @description Deliveries queued.
+             */
+            queued: bigint;
         };
     };
     responses: {
@@ -399,6 +751,15 @@ export interface components {
         };
         /** @description The change log no longer holds the changes after this position (they are older than `CHANGES_RETENTION`, or an import started the log anew), or never reached it (a position from another store): list the plants again and follow from that list's `Changes-Position`. */
         Gone: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["Error"];
+            };
+        };
+        /** @description No subscription (or, for a delivery, no delivery of this subscription) has this id. */
+        WebhookNotFound: {
             headers: {
                 [name: string]: unknown;
             };
@@ -799,6 +1160,410 @@ export interface operations {
             };
             405: components["responses"]["MethodNotAllowed"];
             "4XX": components["responses"]["RequestRejected"];
+        };
+    };
+    listWebhooks: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The subscriptions. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Webhook"][];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            405: components["responses"]["MethodNotAllowed"];
+            429: components["responses"]["TooManyRequests"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    createWebhook: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["NewWebhook"];
+            };
+        };
+        responses: {
+            /** @description Subscribed. */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CreatedWebhook"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            405: components["responses"]["MethodNotAllowed"];
+            413: components["responses"]["TooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    getWebhook: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The subscription's id. */
+                webhookId: components["schemas"]["WebhookId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The subscription. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Webhook"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["WebhookNotFound"];
+            405: components["responses"]["MethodNotAllowed"];
+            429: components["responses"]["TooManyRequests"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    deleteWebhook: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The subscription's id. */
+                webhookId: components["schemas"]["WebhookId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted. */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["WebhookNotFound"];
+            405: components["responses"]["MethodNotAllowed"];
+            429: components["responses"]["TooManyRequests"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    rotateWebhookSecret: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The subscription's id. */
+                webhookId: components["schemas"]["WebhookId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The new secret, shown only here. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["NewWebhookSecret"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["WebhookNotFound"];
+            405: components["responses"]["MethodNotAllowed"];
+            429: components["responses"]["TooManyRequests"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    enableWebhook: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The subscription's id. */
+                webhookId: components["schemas"]["WebhookId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The subscription, enabled. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Webhook"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["WebhookNotFound"];
+            405: components["responses"]["MethodNotAllowed"];
+            429: components["responses"]["TooManyRequests"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    listWebhookDeliveries: {
+        parameters: {
+            query?: {
+                /** @description Only deliveries in this state. */
+                status?: "pending" | "delivered" | "failed";
+                /** @description Only deliveries whose id is greater than this one. */
+                after?: bigint;
+                /** @description How many deliveries at most (1 to 1000). */
+                limit?: number;
+            };
+            header?: never;
+            path: {
+                /** @description The subscription's id. */
+                webhookId: components["schemas"]["WebhookId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of deliveries. */
+            200: {
+                headers: {
+                    /** @description `<...>; rel="next"` while more deliveries remain. */
+                    Link?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Delivery"][];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["WebhookNotFound"];
+            405: components["responses"]["MethodNotAllowed"];
+            429: components["responses"]["TooManyRequests"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    retryWebhookDelivery: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The subscription's id. */
+                webhookId: components["schemas"]["WebhookId"];
+                /** @description The delivery's id. */
+                deliveryId: components["schemas"]["DeliveryId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Queued. */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Delivery"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["WebhookNotFound"];
+            405: components["responses"]["MethodNotAllowed"];
+            429: components["responses"]["TooManyRequests"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    replayWebhook: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The subscription's id. */
+                webhookId: components["schemas"]["WebhookId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["Replay"];
+            };
+        };
+        responses: {
+            /** @description Queued. */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Replayed"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["WebhookNotFound"];
+            405: components["responses"]["MethodNotAllowed"];
+            410: components["responses"]["Gone"];
+            413: components["responses"]["TooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    onPlantCreated: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description `chg_<position>`: the change's id, the same on every attempt and replay. */
+                "webhook-id": string;
+                /** @description When this attempt was signed, in seconds since the epoch; reject old ones to stop replays. */
+                "webhook-timestamp": string;
+                /** @description `v1,<base64>`: an HMAC-SHA256 of `<webhook-id>.<webhook-timestamp>.<body>` keyed with the secret's bytes; two, separated by a space, for 24 hours after a rotation. */
+                "webhook-signature": string;
+                /** @description The kind of change. */
+                "webhook-event-type": "plant.created";
+                /** @description The change's position in the change log, in plain decimal. */
+                "webhook-position": string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PlantRecord"];
+            };
+        };
+        responses: {
+            /** @description Delivered (any 2xx). */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The receiver is gone: the subscription is disabled at once. */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    onPlantUpdated: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description `chg_<position>`: the change's id, the same on every attempt and replay. */
+                "webhook-id": string;
+                /** @description When this attempt was signed, in seconds since the epoch; reject old ones to stop replays. */
+                "webhook-timestamp": string;
+                /** @description `v1,<base64>`: an HMAC-SHA256 of `<webhook-id>.<webhook-timestamp>.<body>` keyed with the secret's bytes; two, separated by a space, for 24 hours after a rotation. */
+                "webhook-signature": string;
+                /** @description The kind of change. */
+                "webhook-event-type": "plant.updated";
+                /** @description The change's position in the change log, in plain decimal. */
+                "webhook-position": string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PlantRecord"];
+            };
+        };
+        responses: {
+            /** @description Delivered (any 2xx). */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The receiver is gone: the subscription is disabled at once. */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    onPlantDeleted: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description `chg_<position>`: the change's id, the same on every attempt and replay. */
+                "webhook-id": string;
+                /** @description When this attempt was signed, in seconds since the epoch; reject old ones to stop replays. */
+                "webhook-timestamp": string;
+                /** @description `v1,<base64>`: an HMAC-SHA256 of `<webhook-id>.<webhook-timestamp>.<body>` keyed with the secret's bytes; two, separated by a space, for 24 hours after a rotation. */
+                "webhook-signature": string;
+                /** @description The kind of change. */
+                "webhook-event-type": "plant.deleted";
+                /** @description The change's position in the change log, in plain decimal. */
+                "webhook-position": string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PlantRecord"];
+            };
+        };
+        responses: {
+            /** @description Delivered (any 2xx). */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The receiver is gone: the subscription is disabled at once. */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
         };
     };
 }

@@ -43,6 +43,11 @@ export function createMetrics () {
       open: { streams: 0, polls: 0 },
       written: Object.fromEntries(CHANGE_TYPES.map(type => [type, 0])) as Record<ChangeType, number>,
       bounds: undefined as (() => Promise<LogBounds>) | undefined
+    },
+    /** The webhook dispatcher's attempts in flight, and the store's backlog (set once the app has them). */
+    webhooks: {
+      attempts: () => 0,
+      backlog: undefined as (() => Promise<{ due: number, disabled: number }>) | undefined
     }
   }
 
@@ -67,8 +72,17 @@ export function createMetrics () {
     registers
   })
 
+  const webhookAttempts = new HotHistogram({
+    name: 'plantstore_webhook_attempt_duration_seconds',
+    help: 'Time from a webhook attempt\'s request to the receiver\'s answer or the failure, by outcome.',
+    labelNames: ['outcome'],
+    buckets: SECONDS,
+    registers
+  })
+
   const metrics = {
     state,
+    webhookAttempts,
     requests,
     storeOperations,
     groupCommits,
@@ -135,6 +149,40 @@ export function createMetrics () {
       collect () {
         this.reset()
         for (const type of CHANGE_TYPES) this.inc({ type }, state.changes.written[type])
+      }
+    }),
+    webhookAttemptsTotal: new Counter({
+      name: 'plantstore_webhook_attempts_total',
+      help: 'Webhook attempts this process made, by outcome: delivered (a 2xx), retrying (failed, another attempt scheduled), failed (the last attempt failed, or a 410); the count of the duration histogram.',
+      labelNames: ['outcome'],
+      registers,
+      collect () {
+        this.reset()
+        for (const series of webhookAttempts.each()) this.inc(series.labels, series.count)
+      }
+    }),
+    webhookAttemptsInFlight: new Gauge({
+      name: 'plantstore_webhook_attempts_in_flight',
+      help: 'Webhook attempts this process has under way; capped by WEBHOOKS_MAX_IN_FLIGHT.',
+      registers,
+      collect () { this.set(state.webhooks.attempts()) }
+    }),
+    webhookDue: new Gauge({
+      name: 'plantstore_webhook_deliveries_due',
+      help: 'Webhook deliveries due now and not yet attempted (the backlog), of enabled subscriptions, read from the store when scraped.',
+      registers,
+      async collect () {
+        const backlog = await state.webhooks.backlog?.().catch(() => undefined)
+        if (backlog !== undefined) this.set(backlog.due)
+      }
+    }),
+    webhooksDisabled: new Gauge({
+      name: 'plantstore_webhooks_disabled',
+      help: 'Webhook subscriptions disabled (a 410 from the receiver, or five days of failures), read from the store when scraped.',
+      registers,
+      async collect () {
+        const backlog = await state.webhooks.backlog?.().catch(() => undefined)
+        if (backlog !== undefined) this.set(backlog.disabled)
       }
     }),
     changeReaders: new Gauge({

@@ -23,7 +23,16 @@ export async function pgSchema (t: TestContext, applicationName?: string): Promi
   const schema = `t_${randomBytes(6).toString('hex')}`
   await adminQuery(`CREATE SCHEMA ${schema}`)
   // A lock left held by a failed test must not hang the run: the drop gives up after a while.
-  t.after(() => adminQuery(`SET lock_timeout = '5s'; DROP SCHEMA ${schema} CASCADE`))
+  // A server still running against it (its jobs query every second) can deadlock the drop: try again.
+  t.after(async () => {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await adminQuery(`SET lock_timeout = '5s'; DROP SCHEMA ${schema} CASCADE`)
+      } catch (error) {
+        if ((error as { code?: string }).code !== '40P01' || attempt === 5) throw error
+      }
+    }
+  })
   const url = new URL(PG_URL!)
   const params = [`options=${encodeURIComponent(`-c search_path=${schema}`)}`]
   if (applicationName !== undefined) params.push(`application_name=${applicationName}`)

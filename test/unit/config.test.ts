@@ -3,7 +3,7 @@ import { test } from 'node:test'
 import { ConfigError, loadConfig } from '../../src/config.js'
 
 test('defaults follow the SPEC', () => {
-  assert.deepEqual(loadConfig({}), { port: 8080, host: '127.0.0.1', databaseUrl: './data/plantstore.db', logLevel: 'info', rateLimitPerMinute: 60000, requestTimeout: 10, shutdownTimeout: 10, workers: 1, corsOrigins: [], changesRetentionMs: 7 * 86_400_000, changesMaxReaders: 1000 })
+  assert.deepEqual(loadConfig({}), { port: 8080, host: '127.0.0.1', databaseUrl: './data/plantstore.db', logLevel: 'info', rateLimitPerMinute: 60000, requestTimeout: 10, shutdownTimeout: 10, workers: 1, corsOrigins: [], changesRetentionMs: 7 * 86_400_000, changesMaxReaders: 1000, webhooksAllowPrivate: false, webhooksMaxInFlight: 64, webhooksTimeout: 15 })
 })
 
 test('flags override the environment', () => {
@@ -11,7 +11,7 @@ test('flags override the environment', () => {
 })
 
 test('bad values fail with a sentence naming the setting', () => {
-  for (const [env, name] of [[{ PORT: 'eighty' }, 'PORT'], [{ PORT: '70000' }, 'PORT'], [{ LOG_LEVEL: 'loud' }, 'LOG_LEVEL'], [{ RATE_LIMIT_PER_MINUTE: '-1' }, 'RATE_LIMIT_PER_MINUTE'], [{ DATABASE_URL: '' }, 'DATABASE_URL'], [{ REQUEST_TIMEOUT: '0' }, 'REQUEST_TIMEOUT'], [{ SHUTDOWN_TIMEOUT: '1.5' }, 'SHUTDOWN_TIMEOUT'], [{ WORKERS: '0' }, 'WORKERS'], [{ WORKERS: '65' }, 'WORKERS'], [{ WORKERS: '2.0' }, 'WORKERS'], [{ CHANGES_RETENTION: '7' }, 'CHANGES_RETENTION'], [{ CHANGES_RETENTION: '0d' }, 'CHANGES_RETENTION'], [{ CHANGES_RETENTION: '3651d' }, 'CHANGES_RETENTION'], [{ CHANGES_MAX_READERS: '-1' }, 'CHANGES_MAX_READERS']] as const) {
+  for (const [env, name] of [[{ PORT: 'eighty' }, 'PORT'], [{ PORT: '70000' }, 'PORT'], [{ LOG_LEVEL: 'loud' }, 'LOG_LEVEL'], [{ RATE_LIMIT_PER_MINUTE: '-1' }, 'RATE_LIMIT_PER_MINUTE'], [{ DATABASE_URL: '' }, 'DATABASE_URL'], [{ REQUEST_TIMEOUT: '0' }, 'REQUEST_TIMEOUT'], [{ SHUTDOWN_TIMEOUT: '1.5' }, 'SHUTDOWN_TIMEOUT'], [{ WORKERS: '0' }, 'WORKERS'], [{ WORKERS: '65' }, 'WORKERS'], [{ WORKERS: '2.0' }, 'WORKERS'], [{ CHANGES_RETENTION: '7' }, 'CHANGES_RETENTION'], [{ CHANGES_RETENTION: '0d' }, 'CHANGES_RETENTION'], [{ CHANGES_RETENTION: '3651d' }, 'CHANGES_RETENTION'], [{ CHANGES_MAX_READERS: '-1' }, 'CHANGES_MAX_READERS'], [{ WEBHOOKS_ALLOW_PRIVATE: 'yes' }, 'WEBHOOKS_ALLOW_PRIVATE'], [{ WEBHOOKS_MAX_IN_FLIGHT: '0' }, 'WEBHOOKS_MAX_IN_FLIGHT'], [{ WEBHOOKS_TIMEOUT: '0' }, 'WEBHOOKS_TIMEOUT']] as const) {
     assert.throws(() => loadConfig(env), (error: Error) => error instanceof ConfigError && error.message.startsWith(`${name} must be`), JSON.stringify(env))
   }
 })

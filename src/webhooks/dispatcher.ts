@@ -1,0 +1,191 @@
+// The webhook dispatcher: a job of each server process, beside the requests. It makes deliveries
+// out of the change log (the transactional outbox: a delivery exists because its change
+// committed), leases the due ones, sends them with a cap on attempts in flight, and records each
+// outcome with the next attempt's time. Every step is in the store, so a restart, or another
+// instance, carries on where this one stopped.
+import type { Logger } from 'pino'
+import type { Feed } from '../changes/feed.js'
+import type { AttemptOutcome, ClaimedDelivery, Outlook, WebhookStore } from '../store/webhooks.js'
+import { nextAttemptAt, retryAfterMs } from './schedule.js'
+import type { AttemptResult } from './sender.js'
+
+/** Changes made deliveries per subscription per pass: a long backlog is taken in steps. */
+const ENQUEUE_BATCH = 500
+/** The longest a dispatcher sleeps: deliveries that other instances (or `retry`, `replay`) made due are found this late at most. */
+const IDLE_MS = 1000
+/** The shortest time between two passes under a stream of changes: each pass then takes what arrived meanwhile, together. */
+const PASS_MS = 20
+/** After a store failure, the wait before the next pass. */
+const BACKOFF_MS = 1000
+/** A lease outlasts the receiver's time to answer by this much, so that only a sender that died loses its delivery to another. */
+const LEASE_MARGIN_MS = 5000
+
+export interface DispatcherOptions {
+  store: WebhookStore
+  feed: Feed
+  log: Logger
+  /** Sends one attempt; never rejects. */
+  send: (delivery: ClaimedDelivery, now: Date) => Promise<AttemptResult>
+  /** The receiver's time to answer: a lease lasts this and a margin, so another sender takes over only from one that died. */
+  timeoutMs: number
+  /** Attempts in flight at most, in this process, and for one subscription across all. */
+  maxInFlight: number
+  perSubscription: number
+  /** The clock and the jitter, injected by tests. */
+  now?: () => Date
+  random?: () => number
+  /** Told of each outcome, for the metrics. */
+  observe?: (outcome: AttemptOutcome) => void
+}
+
+export class Dispatcher {
+  private readonly now: () => Date
+  private readonly inFlight = new Set<Promise<void>>()
+  private outcomes: AttemptOutcome[] = []
+  private wake?: () => void
+  private stopped = false
+  private running?: Promise<void>
+  private failing = false
+  /** The last pass left due deliveries for want of a place (the caps): the next waits for an attempt to end. */
+  private capped = false
+  /** Poked since the last pass began: the next does not wait. */
+  private poked = false
+
+  constructor (private readonly options: DispatcherOptions) {
+    this.now = options.now ?? (() => new Date())
+  }
+
+  /** Attempts in flight now. */
+  get attempts (): number {
+    return this.inFlight.size
+  }
+
+  start (): void {
+    this.running ??= this.loop()
+  }
+
+  /** Ends the current wait, or the next, at once: an attempt ended, or a subscription, a retry or a replay made here has work. */
+  poke (): void {
+    this.poked = true
+    this.wake?.()
+  }
+
+  /** Stops taking deliveries, lets the attempts in flight finish within `ms`, and records them. */
+  async stop (ms: number): Promise<void> {
+    this.stopped = true
+    this.poke()
+    await this.running?.catch(() => {})
+    let timer: NodeJS.Timeout | undefined
+    await Promise.race([Promise.all(this.inFlight), new Promise(resolve => { timer = setTimeout(resolve, ms) })])
+    clearTimeout(timer)
+    await this.flush().catch(() => {}) // unrecorded attempts are made again once their leases end
+  }
+
+  private async loop (): Promise<void> {
+    while (!this.stopped) {
+      let outlook: Outlook | undefined
+      try {
+        outlook = await this.pass()
+        this.recovered()
+      } catch (error) {
+        this.failed(error as Error)
+      }
+      await this.sleep(outlook)
+    }
+  }
+
+  /**
+   * One pass: make deliveries of the changes logged since the last, record the attempts that
+   * ended, lease what is due as far as the caps allow and send it. Answers where the work stood.
+   */
+  private async pass (): Promise<Outlook> {
+    const { store } = this.options
+    this.poked = false
+    const outlook = await store.outlook()
+    let due = outlook.nextDue !== undefined && outlook.nextDue <= this.now()
+    if (outlook.behind) due = await store.enqueue(this.now(), ENQUEUE_BATCH) > 0 || due
+    // Ended attempts first: their leases end, which frees their subscriptions' places for this claim.
+    await this.flush()
+    const free = this.options.maxInFlight - this.inFlight.size
+    // What is due and not leased now waits for a place: an attempt that ends pokes the next pass.
+    this.capped = due && free <= 0
+    if (due && free > 0) {
+      const now = this.now()
+      const until = new Date(now.getTime() + this.options.timeoutMs + LEASE_MARGIN_MS)
+      const claimed = await store.claim(now, until, { total: free, perSubscription: this.options.perSubscription })
+      for (const delivery of claimed) this.send(delivery)
+      this.capped = claimed.length < free
+    }
+    return outlook
+  }
+
+  private send (delivery: ClaimedDelivery): void {
+    const at = this.now()
+    const attempt = this.options.send(delivery, at).then(result => {
+      this.outcomes.push(this.judge(delivery, at, result))
+    }).finally(() => {
+      this.inFlight.delete(attempt)
+      this.poke()
+    })
+    this.inFlight.add(attempt)
+  }
+
+  /** What an attempt's result means for its delivery: delivered, due again, failed for good; a 410 disables the subscription. */
+  private judge (delivery: ClaimedDelivery, at: Date, result: AttemptResult): AttemptOutcome {
+    const { statusCode, error, durationMs } = result
+    const attempt = { at, durationMs, ...(statusCode === undefined ? {} : { statusCode }), ...(error === undefined ? {} : { error }) }
+    const base = { deliveryId: delivery.id, webhookId: delivery.webhookId, attempt }
+    if (statusCode !== undefined && statusCode >= 200 && statusCode < 300) return { ...base, delivered: true }
+    const after = this.now()
+    const nextAt = statusCode === 410 ? undefined : nextAttemptAt(delivery.attempts + 1, after, retryAfterMs(result.retryAfter, after), this.options.random)
+    return { ...base, delivered: false, ...(nextAt === undefined ? {} : { nextAt }), ...(statusCode === 410 ? { disable: 'The receiver answered 410 Gone.' } : {}) }
+  }
+
+  private async flush (): Promise<void> {
+    if (this.outcomes.length === 0) return
+    const outcomes = this.outcomes
+    this.outcomes = []
+    try {
+      await this.options.store.record(outcomes)
+    } catch (error) {
+      this.outcomes.unshift(...outcomes) // recorded at the next pass; until then their leases hold them
+      throw error
+    }
+    for (const outcome of outcomes) this.options.observe?.(outcome)
+  }
+
+  /**
+   * Waits until there may be work: the next delivery due (IDLE_MS at most), the head moving past
+   * what the pass saw (a change to deliver), an attempt ending, or a poke. Without subscriptions
+   * it does not watch the head: a new one pokes, or is found within IDLE_MS.
+   */
+  private async sleep (outlook: Outlook | undefined): Promise<void> {
+    if (this.stopped) return
+    let ms = outlook === undefined ? BACKOFF_MS : IDLE_MS
+    if (outlook?.nextDue !== undefined && !this.capped) ms = Math.min(ms, outlook.nextDue.getTime() - this.now().getTime())
+    if (outlook?.behind === true || this.outcomes.length > 0 || this.poked) ms = 0
+    const started = performance.now()
+    if (ms > 0) {
+      await new Promise<void>(resolve => {
+        const timer = setTimeout(done, ms)
+        function done (): void { clearTimeout(timer); resolve() }
+        this.wake = done
+        if (outlook !== undefined && outlook.subscriptions > 0) this.options.feed.beyond(outlook.head, ms).then(moved => { if (moved) done() }, done)
+      })
+      this.wake = undefined
+    }
+    // Under a stream of changes, passes are spaced: each takes what arrived meanwhile, together.
+    const spent = performance.now() - started
+    if (spent < PASS_MS && !this.stopped) await new Promise(resolve => setTimeout(resolve, PASS_MS - spent))
+  }
+
+  private failed (error: Error): void {
+    if (!this.failing) this.options.log.warn({ cause: error.message }, 'webhooks: the store cannot be reached; deliveries wait')
+    this.failing = true
+  }
+
+  private recovered (): void {
+    if (this.failing) this.options.log.info('webhooks: the store answers again; deliveries resume')
+    this.failing = false
+  }
+}

@@ -1,0 +1,199 @@
+// Webhooks black box over real HTTP (SPEC section 5), on both stores: the subscription routes,
+// real deliveries verified with the Standard Webhooks library, the delivery log, retry, replay,
+// and the SSRF refusals at registration.
+import assert from 'node:assert/strict'
+import { describe, test } from 'node:test'
+import { Webhook } from 'standardwebhooks'
+import { call, cli, isErrorBody, parseExact, startServer, testStores, type Server } from '../helpers.js'
+import { startReceiver, type Received } from '../receiver.js'
+
+const BIG = '9223372036854775807'
+
+/** The headers Standard Webhooks' verify reads, from a received request. */
+const headersOf = (received: Received): Record<string, string> => Object.fromEntries(Object.entries(received.headers).map(([name, value]) => [name, String(value)]))
+
+async function subscribe (server: Server, body: unknown): Promise<{ id: number, secret: string }> {
+  const answer = await call(server, 'POST', '/webhooks', { body })
+  assert.equal(answer.status, 201, answer.text)
+  return answer.body
+}
+
+/** A fresh POST of raw JSON text, so that ids beyond 2^53 are sent exactly. */
+async function post (server: Server, raw: string): Promise<void> {
+  const answer = await call(server, 'POST', '/plants', { raw })
+  assert.equal(answer.status, 200, answer.text)
+}
+
+for (const kind of testStores()) {
+  describe(`${kind}: webhooks`, () => {
+    test('subscriptions: create shows the secret once; list and read never; delete; 404s; admin only', async (t) => {
+      const server = await startServer(t, { store: kind, env: { WEBHOOKS_ALLOW_PRIVATE: 'true' } })
+      const created = await call(server, 'POST', '/webhooks', { body: { url: 'http://127.0.0.1:9/hook', events: ['plant.created', 'plant.deleted'], tag: 'shade' } })
+      assert.equal(created.status, 201, created.text)
+      const { id, secret, createdAt, ...rest } = created.body
+      assert.match(secret, /^whsec_[A-Za-z0-9+/]+={0,2}$/)
+      assert.ok(Buffer.from(secret.slice(6), 'base64').length >= 24, 'at least 24 random bytes')
+      assert.ok(Number.isInteger(id) && id > 0)
+      assert.ok(!Number.isNaN(Date.parse(createdAt)))
+      assert.deepEqual(rest, { url: 'http://127.0.0.1:9/hook', events: ['plant.created', 'plant.deleted'], tag: 'shade', enabled: true })
+      const byDefault = await subscribe(server, { url: 'http://127.0.0.1:9/other' })
+      assert.notEqual(byDefault.secret, secret)
+
+      const list = await call(server, 'GET', '/webhooks')
+      assert.equal(list.status, 200)
+      assert.deepEqual(list.body.map((w: { id: number, events: string[] }) => [w.id, w.events]), [[id, ['plant.created', 'plant.deleted']], [byDefault.id, ['plant.created']]])
+      assert.ok(!list.text.includes('whsec_'), 'never a secret in a list')
+      const one = await call(server, 'GET', `/webhooks/${id}`)
+      assert.equal(one.status, 200)
+      assert.ok(!one.text.includes('whsec_'))
+      assert.equal(one.body.url, 'http://127.0.0.1:9/hook')
+
+      for (const body of [{}, { url: 'http://127.0.0.1:9/', event: ['plant.created'] }, { url: 'http://127.0.0.1:9/', events: [] }, { url: 'http://127.0.0.1:9/', events: ['plant.eaten'] },
+        { url: 'http://127.0.0.1:9/', events: ['plant.created', 'plant.created'] }, { url: 'ftp://example.com/' }, { url: 'http://user:pw@127.0.0.1:9/' }, { url: 'not a url' }, { url: 'http://127.0.0.1:9/', tag: '' }]) {
+        assert.ok(isErrorBody(await call(server, 'POST', '/webhooks', { body }), 400), JSON.stringify(body))
+      }
+      for (const [method, path] of [['GET', '/webhooks/999'], ['DELETE', '/webhooks/999'], ['POST', '/webhooks/999/rotate-secret'], ['POST', '/webhooks/999/enable'], ['GET', '/webhooks/999/deliveries'], ['POST', '/webhooks/999/deliveries/1/retry']]) {
+        assert.ok(isErrorBody(await call(server, method, path), 404), `${method} ${path}`)
+      }
+      assert.ok(isErrorBody(await call(server, 'POST', '/webhooks/999/replay', { body: { after: 0 } }), 404))
+      assert.ok(isErrorBody(await call(server, 'GET', '/webhooks/abc'), 400))
+      assert.ok(isErrorBody(await call(server, 'PUT', '/webhooks/1'), 405))
+
+      assert.ok(isErrorBody(await call(server, 'GET', '/webhooks', { token: null }), 401))
+      const writer = cli(server, ['tokens', 'create', '--name', 'writer', '--scope', 'plants:read', '--scope', 'plants:write'])
+      assert.equal(writer.status, 0, writer.stderr)
+      const writerToken = writer.stdout.trim().split('\n').at(-1)!.trim()
+      assert.ok(isErrorBody(await call(server, 'GET', '/webhooks', { token: writerToken }), 403), 'admin scope only')
+      assert.ok(isErrorBody(await call(server, 'POST', '/webhooks', { token: writerToken, body: { url: 'http://127.0.0.1:9/' } }), 403))
+
+      assert.equal((await call(server, 'DELETE', `/webhooks/${id}`)).status, 204)
+      assert.ok(isErrorBody(await call(server, 'GET', `/webhooks/${id}`), 404))
+      assert.ok(isErrorBody(await call(server, 'DELETE', `/webhooks/${id}`), 404))
+    })
+
+    test('deliveries: signed per Standard Webhooks, the exact plant record, event type and position; tampering and a wrong secret fail', async (t) => {
+      const server = await startServer(t, { store: kind, env: { WEBHOOKS_ALLOW_PRIVATE: 'true' } })
+      const receiver = await startReceiver(t)
+      const { secret } = await subscribe(server, { url: `${receiver.url}/hook`, events: ['plant.created', 'plant.updated', 'plant.deleted'] })
+      const started = Date.now()
+      await post(server, `{"id": ${BIG}, "name": "Fern", "tag": "shade"}`)
+      const [first] = await receiver.waitFor(1, 5000)
+      assert.ok(first.at - started < 1500, `the first attempt follows the change within a second (${first.at - started} ms)`)
+      assert.equal((await call(server, 'PUT', `/plants/${BIG}`, { body: { name: 'Fern' } })).status, 200)
+      assert.equal((await call(server, 'DELETE', `/plants/${BIG}`)).status, 204)
+      const received = (await receiver.waitFor(3, 5000)).sort((a, b) => Number(a.headers['webhook-position']) - Number(b.headers['webhook-position']))
+
+      assert.deepEqual(received.map(r => [r.path, r.headers['webhook-event-type'], r.headers['webhook-position'], r.headers['webhook-id'], r.headers['content-type'], r.body]), [
+        ['/hook', 'plant.created', '1', 'chg_1', 'application/json', `{"id":${BIG},"name":"Fern","tag":"shade"}`],
+        ['/hook', 'plant.updated', '2', 'chg_2', 'application/json', `{"id":${BIG},"name":"Fern"}`],
+        ['/hook', 'plant.deleted', '3', 'chg_3', 'application/json', `{"id":${BIG},"name":"Fern"}`]
+      ])
+      const webhook = new Webhook(secret)
+      for (const request of received) {
+        const payload = webhook.verify(request.body, headersOf(request)) as { id: number }
+        assert.equal(typeof payload.id, 'number', 'the library parses it; the raw body holds the exact id')
+        assert.ok(Math.abs(Number(request.headers['webhook-timestamp']) - Date.now() / 1000) < 10)
+      }
+      assert.throws(() => webhook.verify(received[0].body.replace('Fern', 'Fern!'), headersOf(received[0])), /signature/i, 'a tampered body fails')
+      assert.throws(() => new Webhook('whsec_' + Buffer.alloc(32, 9).toString('base64')).verify(received[0].body, headersOf(received[0])), /signature/i, 'a wrong secret fails')
+      assert.throws(() => webhook.verify(received[0].body, { ...headersOf(received[0]), 'webhook-id': 'chg_2' }), /signature/i, 'the id is signed')
+    })
+
+    test('a rotated secret: both sign for the overlap, two v1 signatures in one header', async (t) => {
+      const server = await startServer(t, { store: kind, env: { WEBHOOKS_ALLOW_PRIVATE: 'true' } })
+      const receiver = await startReceiver(t)
+      const { id, secret } = await subscribe(server, { url: receiver.url })
+      const rotated = await call(server, 'POST', `/webhooks/${id}/rotate-secret`)
+      assert.equal(rotated.status, 200, rotated.text)
+      assert.deepEqual(Object.keys(rotated.body), ['secret'])
+      assert.notEqual(rotated.body.secret, secret)
+      await post(server, '{"id": 1, "name": "Fern"}')
+      const [request] = await receiver.waitFor(1, 5000)
+      assert.match(String(request.headers['webhook-signature']), /^v1,[A-Za-z0-9+/]+=* v1,[A-Za-z0-9+/]+=*$/)
+      new Webhook(rotated.body.secret).verify(request.body, headersOf(request))
+      new Webhook(secret).verify(request.body, headersOf(request))
+    })
+
+    test('the tag and events filters; the delivery log, retry and replay', async (t) => {
+      const server = await startServer(t, { store: kind, env: { WEBHOOKS_ALLOW_PRIVATE: 'true' } })
+      const receiver = await startReceiver(t)
+      const { id } = await subscribe(server, { url: receiver.url, events: ['plant.updated'], tag: 'shade' })
+      await post(server, '{"id": 1, "name": "Fern", "tag": "shade"}') // 1: created, not subscribed
+      assert.equal((await call(server, 'PUT', '/plants/1', { body: { name: 'Fern', tag: 'sun' } })).status, 200) // 2: shade before
+      assert.equal((await call(server, 'PUT', '/plants/1', { body: { name: 'Fern II', tag: 'sun' } })).status, 200) // 3: no shade
+      await post(server, '{"id": 2, "name": "Moss", "tag": "shade"}') // 4: created
+      assert.equal((await call(server, 'PUT', '/plants/2', { body: { name: 'Moss', tag: 'shade' } })).status, 200) // 5
+      const received = await receiver.waitFor(2, 5000)
+      await new Promise(resolve => setTimeout(resolve, 300))
+      assert.deepEqual(received.map(r => r.headers['webhook-position']).sort(), ['2', '5'], 'updates that carried shade before or after, only')
+
+      const log = await call(server, 'GET', `/webhooks/${id}/deliveries?limit=1`)
+      assert.equal(log.status, 200, log.text)
+      assert.equal(log.body.length, 1)
+      const [entry] = parseExact<Array<{ id: string, position: string, status: string, attempts: Array<{ statusCode: number }>, plant: unknown, type: string }>>(log.text)
+      assert.equal(entry.status, 'delivered')
+      assert.equal(entry.type, 'plant.updated')
+      assert.deepEqual(entry.attempts.map(a => a.statusCode), [204])
+      const next = /^<(\/webhooks\/\d+\/deliveries\?limit=1&after=\d+)>; rel="next"$/.exec(log.headers.get('link') ?? '')
+      assert.ok(next, String(log.headers.get('link')))
+      const page2 = await call(server, 'GET', next[1])
+      assert.equal(page2.body.length, 1)
+      assert.equal(page2.body[0].status, 'delivered')
+      assert.equal((await call(server, 'GET', `/webhooks/${id}/deliveries?status=pending`)).body.length, 0)
+      assert.ok(isErrorBody(await call(server, 'GET', `/webhooks/${id}/deliveries?status=lost`), 400))
+
+      const retried = await call(server, 'POST', `/webhooks/${id}/deliveries/${log.body[0].id}/retry`)
+      assert.equal(retried.status, 202, retried.text)
+      assert.equal(retried.body.status, 'pending')
+      await receiver.waitFor(3, 5000)
+      assert.equal(receiver.received[2].headers['webhook-id'], received.find(r => r.headers['webhook-position'] === String(entry.position))!.headers['webhook-id'], 'the same webhook-id again')
+      assert.ok(isErrorBody(await call(server, 'POST', `/webhooks/${id}/deliveries/99999/retry`), 404))
+
+      const replayed = await call(server, 'POST', `/webhooks/${id}/replay`, { body: { after: 0 } })
+      assert.equal(replayed.status, 202, replayed.text)
+      assert.deepEqual(replayed.body, { queued: 2 })
+      await receiver.waitFor(5, 5000)
+      assert.deepEqual(receiver.received.slice(3).map(r => r.headers['webhook-id']).sort(), ['chg_2', 'chg_5'])
+      assert.ok(isErrorBody(await call(server, 'POST', `/webhooks/${id}/replay`, { body: { after: 6 } }), 410), 'beyond the head')
+      assert.ok(isErrorBody(await call(server, 'POST', `/webhooks/${id}/replay`, { body: { after: -1 } }), 400))
+      assert.ok(isErrorBody(await call(server, 'POST', `/webhooks/${id}/replay`, { body: {} }), 400))
+    })
+
+    test('a 410 disables the subscription; it shows so, sends nothing, and is enabled again', async (t) => {
+      const server = await startServer(t, { store: kind, env: { WEBHOOKS_ALLOW_PRIVATE: 'true' } })
+      const receiver = await startReceiver(t)
+      receiver.answer = (_request, response) => { response.writeHead(410).end() }
+      const { id } = await subscribe(server, { url: receiver.url })
+      await post(server, '{"id": 1, "name": "Fern"}')
+      await receiver.waitFor(1, 5000)
+      let shown: { enabled: boolean, disabledReason?: string } | undefined
+      for (let i = 0; i < 100 && shown?.enabled !== false; i++) {
+        shown = (await call(server, 'GET', `/webhooks/${id}`)).body
+        await new Promise(resolve => setTimeout(resolve, 20))
+      }
+      assert.equal(shown?.enabled, false)
+      assert.equal(shown?.disabledReason, 'The receiver answered 410 Gone.')
+      await post(server, '{"id": 2, "name": "Moss"}')
+      await new Promise(resolve => setTimeout(resolve, 1500))
+      assert.equal(receiver.received.length, 1, 'nothing is sent while disabled')
+      receiver.answer = (_request, response) => { response.writeHead(204).end() }
+      const enabled = await call(server, 'POST', `/webhooks/${id}/enable`)
+      assert.equal(enabled.status, 200, enabled.text)
+      assert.equal(enabled.body.enabled, true)
+      assert.equal(enabled.body.disabledReason, undefined)
+      await post(server, '{"id": 3, "name": "Ivy"}')
+      await receiver.waitFor(2, 5000)
+      assert.equal(receiver.received[1].headers['webhook-position'], '3', 'changes from the enable on; the one made while disabled needs a replay')
+    })
+  })
+}
+
+test('without WEBHOOKS_ALLOW_PRIVATE, URLs on loopback, private, link-local, unique-local and metadata addresses are refused', async (t) => {
+  const server = await startServer(t)
+  for (const url of ['http://127.0.0.1:8080/', 'http://127.1/', 'http://2130706433/', 'http://0x7f000001/', 'http://localhost/', 'http://[::1]/', 'http://[::ffff:127.0.0.1]/',
+    'http://10.0.0.1/', 'http://172.16.5.4/', 'http://192.168.1.1/', 'http://169.254.169.254/latest/meta-data/', 'http://[fd00:ec2::254]/', 'http://[fe80::1]/', 'http://0.0.0.0/', 'http://[::]/']) {
+    const answer = await call(server, 'POST', '/webhooks', { body: { url } })
+    assert.ok(isErrorBody(answer, 400), `${url}: ${answer.status} ${answer.text}`)
+  }
+  assert.equal((await call(server, 'GET', '/webhooks')).body.length, 0, 'nothing was stored')
+})
