@@ -5,7 +5,7 @@
 import type pg from 'pg'
 import { rowToPlant } from './postgres-rows.js'
 import { readFrom, type ChangeType, type LogBounds } from './store.js'
-import { FAILING_LIMIT_MS, type ClaimedDelivery, type Delivery, type DeliveryStatus, type Subscription, type WebhookStore } from './webhooks.js'
+import { FAILING_LIMIT_MS, type AttemptOutcome, type ClaimedDelivery, type Delivery, type DeliveryStatus, type Subscription, type WebhookStore } from './webhooks.js'
 
 interface SubscriptionRow { id: bigint, url: string, events: string, tag: string | null, disabled_at: Date | null, disabled_reason: string | null, created_at: Date }
 interface DeliveryRow { id: bigint, webhook_id: bigint, position: bigint, type: ChangeType, plant_id: bigint, name: string, tag: string | null, status: DeliveryStatus, attempts: number, next_at: Date, created_at: Date }
@@ -82,6 +82,28 @@ export function postgresWebhooks (read: <T>(work: (query: Query) => Promise<T>) 
     const { rows } = await query<SubscriptionRow>(`SELECT ${SUBSCRIPTION_COLUMNS} FROM webhooks WHERE id = $1`, [id])
     return rows.length === 0 ? undefined : rowToSubscription(rows[0])
   }
+  /** Stores the outcomes' attempts and their deliveries' new state; per subscription, a success ends a run of failures, and a run of five days, or a 410, disables it. */
+  const record = async (query: Query, outcomes: AttemptOutcome[]): Promise<void> => {
+    if (outcomes.length === 0) return
+    await query(RECORD_SQL, [
+      outcomes.map(o => o.deliveryId), outcomes.map(o => o.attempt.at), outcomes.map(o => o.attempt.statusCode ?? null), outcomes.map(o => o.attempt.error ?? null),
+      outcomes.map(o => Math.round(o.attempt.durationMs)), outcomes.map(o => o.delivered ? 'delivered' : o.nextAt === undefined ? 'failed' : 'pending'), outcomes.map(o => o.nextAt ?? null)
+    ])
+    // Per subscription, in the order of its outcomes: a success ends a run of failures; a run of five days, or a 410, disables it.
+    for (const webhookId of new Set(outcomes.map(o => o.webhookId))) {
+      const own = outcomes.filter(o => o.webhookId === webhookId)
+      const lastSuccess = own.map(o => o.delivered).lastIndexOf(true)
+      const failures = own.slice(lastSuccess + 1)
+      if (lastSuccess >= 0) await query('UPDATE webhooks SET failing_since = NULL WHERE id = $1 AND failing_since IS NOT NULL', [webhookId])
+      if (failures.length === 0) continue
+      const last = failures[failures.length - 1]
+      const forced = failures.find(o => o.disable !== undefined)
+      await query('UPDATE webhooks SET failing_since = coalesce(failing_since, $1) WHERE id = $2', [failures[0].attempt.at, webhookId])
+      await query(`UPDATE webhooks SET disabled_at = $1, disabled_reason = $2 WHERE id = $3 AND disabled_at IS NULL
+        AND ($4 OR failing_since <= $1::timestamptz - make_interval(secs => $5::float8))`,
+      [last.attempt.at, forced?.disable ?? 'Every delivery failed for five days.', webhookId, forced !== undefined, FAILING_LIMIT_MS / 1000])
+    }
+  }
   return {
     create: (subscription, now) => read(async (query) => {
       const { rows } = await query<SubscriptionRow>(`INSERT INTO webhooks (url, events, tag, secret, cursor, created_at)
@@ -128,7 +150,8 @@ export function postgresWebhooks (read: <T>(work: (query: Query) => Promise<T>) 
       }
       return made
     }),
-    claim: (now, until, limits) => transaction(async (query) => {
+    claim: (now, until, limits, settled = []) => transaction(async (query) => {
+      await record(query, settled)
       const claimed: ClaimedDelivery[] = []
       const { rows: subscriptions } = await query<{ id: bigint, url: string, secrets: string[], leased: number }>(`SELECT w.id, w.url,
           CASE WHEN w.previous_secret IS NOT NULL AND w.previous_until > $1 THEN ARRAY[w.secret, w.previous_secret] ELSE ARRAY[w.secret] END AS secrets,
@@ -145,26 +168,7 @@ export function postgresWebhooks (read: <T>(work: (query: Query) => Promise<T>) 
       }
       return claimed
     }),
-    record: (outcomes) => transaction(async (query) => {
-      await query(RECORD_SQL, [
-        outcomes.map(o => o.deliveryId), outcomes.map(o => o.attempt.at), outcomes.map(o => o.attempt.statusCode ?? null), outcomes.map(o => o.attempt.error ?? null),
-        outcomes.map(o => Math.round(o.attempt.durationMs)), outcomes.map(o => o.delivered ? 'delivered' : o.nextAt === undefined ? 'failed' : 'pending'), outcomes.map(o => o.nextAt ?? null)
-      ])
-      // Per subscription, in the order of its outcomes: a success ends a run of failures; a run of five days, or a 410, disables it.
-      for (const webhookId of new Set(outcomes.map(o => o.webhookId))) {
-        const own = outcomes.filter(o => o.webhookId === webhookId)
-        const lastSuccess = own.map(o => o.delivered).lastIndexOf(true)
-        const failures = own.slice(lastSuccess + 1)
-        if (lastSuccess >= 0) await query('UPDATE webhooks SET failing_since = NULL WHERE id = $1 AND failing_since IS NOT NULL', [webhookId])
-        if (failures.length === 0) continue
-        const last = failures[failures.length - 1]
-        const forced = failures.find(o => o.disable !== undefined)
-        await query('UPDATE webhooks SET failing_since = coalesce(failing_since, $1) WHERE id = $2', [failures[0].attempt.at, webhookId])
-        await query(`UPDATE webhooks SET disabled_at = $1, disabled_reason = $2 WHERE id = $3 AND disabled_at IS NULL
-          AND ($4 OR failing_since <= $1::timestamptz - make_interval(secs => $5::float8))`,
-        [last.attempt.at, forced?.disable ?? 'Every delivery failed for five days.', webhookId, forced !== undefined, FAILING_LIMIT_MS / 1000])
-      }
-    }),
+    record: (outcomes) => transaction(query => record(query, outcomes)),
     outlook: () => read(async (query) => {
       // Per subscription, the earliest due from its index: never a scan of every pending delivery.
       const { rows: [row] } = await query<{ head: bigint, subscriptions: number, behind: boolean, next_due: Date | null }>(`SELECT l.head,

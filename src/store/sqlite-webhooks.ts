@@ -76,6 +76,19 @@ export function webhookWrites (db: Database.Database) {
     prune: db.prepare(`DELETE FROM webhook_deliveries WHERE id IN (
       SELECT id FROM webhook_deliveries WHERE status <> 'pending' AND created_at < ? ORDER BY id LIMIT ?)`)
   }
+  const record = (outcomes: AttemptOutcome[]): void => {
+    for (const { deliveryId, webhookId, attempt, delivered, nextAt, disable } of outcomes) {
+      const at = attempt.at.getTime()
+      sql.attempt.run(deliveryId, at, attempt.statusCode ?? null, attempt.error ?? null, Math.round(attempt.durationMs), deliveryId)
+      sql.settle.run(delivered ? 'delivered' : nextAt === undefined ? 'failed' : 'pending', nextAt?.getTime() ?? null, deliveryId)
+      if (delivered) {
+        sql.succeeded.run(webhookId)
+        continue
+      }
+      sql.failed.run(at, webhookId)
+      sql.disable.run({ id: webhookId, at, reason: disable ?? 'Every delivery failed for five days.', forced: disable === undefined ? 0 : 1, limit: FAILING_LIMIT_MS })
+    }
+  }
   return {
     webhookCreate: (subscription: NewSubscription, now: number): Subscription =>
       rowToSubscription(sql.insert.get(subscription.url, subscription.events.join(' '), subscription.tag ?? null, subscription.secret, now) as SubscriptionRow),
@@ -103,7 +116,8 @@ export function webhookWrites (db: Database.Database) {
       }
       return made
     },
-    webhookClaim: (now: number, until: number, limits: { total: number, perSubscription: number }): ClaimedDelivery[] => {
+    webhookClaim: (now: number, until: number, limits: { total: number, perSubscription: number }, settled: AttemptOutcome[]): ClaimedDelivery[] => {
+      record(settled)
       const claimed: ClaimedDelivery[] = []
       type Row = { id: bigint, url: string, secret: string, previous_secret: string | null, previous_until: bigint | null }
       for (const subscription of sql.subscriptions.all() as Row[]) {
@@ -117,19 +131,7 @@ export function webhookWrites (db: Database.Database) {
       }
       return claimed
     },
-    webhookRecord: (outcomes: AttemptOutcome[]): void => {
-      for (const { deliveryId, webhookId, attempt, delivered, nextAt, disable } of outcomes) {
-        const at = attempt.at.getTime()
-        sql.attempt.run(deliveryId, at, attempt.statusCode ?? null, attempt.error ?? null, Math.round(attempt.durationMs), deliveryId)
-        sql.settle.run(delivered ? 'delivered' : nextAt === undefined ? 'failed' : 'pending', nextAt?.getTime() ?? null, deliveryId)
-        if (delivered) {
-          sql.succeeded.run(webhookId)
-          continue
-        }
-        sql.failed.run(at, webhookId)
-        sql.disable.run({ id: webhookId, at, reason: disable ?? 'Every delivery failed for five days.', forced: disable === undefined ? 0 : 1, limit: FAILING_LIMIT_MS })
-      }
-    },
+    webhookRecord: record,
     webhookPrune: (before: number, batch: number): number => sql.prune.run(before, batch).changes
   }
 }
@@ -188,7 +190,7 @@ export function sqliteWebhooks (write: <T>(op: keyof ReturnType<typeof webhookWr
     retry: async (id, deliveryId, now) => await write<boolean>('webhookRetry', id, deliveryId, now.getTime()) ? await read(reads => reads.delivery(id, deliveryId)) : undefined,
     replay: (id, after, now) => write('webhookReplay', id, after, now.getTime()),
     enqueue: (now, batch) => write('webhookEnqueue', now.getTime(), batch),
-    claim: (now, until, limits) => write('webhookClaim', now.getTime(), until.getTime(), limits),
+    claim: (now, until, limits, settled = []) => write('webhookClaim', now.getTime(), until.getTime(), limits, settled),
     record: (outcomes) => write('webhookRecord', outcomes),
     outlook: () => read(reads => reads.outlook()),
     backlog: (now) => read(reads => reads.backlog(now.getTime())),

@@ -87,9 +87,10 @@ export interface WebhookStore {
    * Leases up to `total` due deliveries of enabled subscriptions until `until`, oldest due first,
    * no more than `perSubscription` leased at once for one subscription (by anyone). A leased
    * delivery is due again at `until`: if its attempt is never recorded (its sender died), it is
-   * made again then.
+   * made again then. `settled` are recorded first, in the same transaction (as `record`): their
+   * leases end, which frees their places for this claim.
    */
-  claim (now: Date, until: Date, limits: { total: number, perSubscription: number }): Promise<ClaimedDelivery[]>
+  claim (now: Date, until: Date, limits: { total: number, perSubscription: number }, settled?: AttemptOutcome[]): Promise<ClaimedDelivery[]>
   /** Stores the attempts' outcomes and ends their leases, in one transaction. Five days of failures disable a subscription. */
   record (outcomes: AttemptOutcome[]): Promise<void>
   /**

@@ -95,8 +95,9 @@ export class Dispatcher {
   }
 
   /**
-   * One pass: make deliveries of the changes logged since the last, record the attempts that
-   * ended, lease what is due as far as the caps allow and send it. Answers where the work stood.
+   * One pass: make deliveries of the changes logged since the last; record the attempts that
+   * ended and, in the same transaction, lease what is due as far as the caps allow; send it.
+   * Answers where the work stood.
    */
   private async pass (): Promise<Outlook> {
     const { store } = this.options
@@ -104,18 +105,26 @@ export class Dispatcher {
     const outlook = await store.outlook()
     let due = outlook.nextDue !== undefined && outlook.nextDue <= this.now()
     if (outlook.behind) due = await store.enqueue(this.now(), ENQUEUE_BATCH) > 0 || due
-    // Ended attempts first: their leases end, which frees their subscriptions' places for this claim.
-    await this.flush()
     const free = this.options.maxInFlight - this.inFlight.size
-    // What is due and not leased now waits for a place: an attempt that ends pokes the next pass.
-    this.capped = due && free <= 0
-    if (due && free > 0) {
-      const now = this.now()
-      const until = new Date(now.getTime() + this.options.timeoutMs + LEASE_MARGIN_MS)
-      const claimed = await store.claim(now, until, { total: free, perSubscription: this.options.perSubscription })
-      for (const delivery of claimed) this.send(delivery)
-      this.capped = claimed.length < free
+    const settled = this.outcomes
+    this.outcomes = []
+    try {
+      // What is due and not leased waits for a place: an attempt that ends pokes the next pass.
+      this.capped = due && free <= 0
+      if (due && free > 0) {
+        const now = this.now()
+        const until = new Date(now.getTime() + this.options.timeoutMs + LEASE_MARGIN_MS)
+        const claimed = await store.claim(now, until, { total: free, perSubscription: this.options.perSubscription }, settled)
+        for (const delivery of claimed) this.send(delivery)
+        this.capped = claimed.length < free
+      } else if (settled.length > 0) {
+        await store.record(settled)
+      }
+    } catch (error) {
+      this.outcomes.unshift(...settled) // recorded at the next pass; until then their leases hold them
+      throw error
     }
+    for (const outcome of settled) this.options.observe?.(outcome)
     return outlook
   }
 
@@ -141,17 +150,13 @@ export class Dispatcher {
     return { ...base, delivered: false, ...(nextAt === undefined ? {} : { nextAt }), ...(statusCode === 410 ? { disable: 'The receiver answered 410 Gone.' } : {}) }
   }
 
+  /** Records the outcomes not yet recorded. */
   private async flush (): Promise<void> {
     if (this.outcomes.length === 0) return
-    const outcomes = this.outcomes
+    const settled = this.outcomes
     this.outcomes = []
-    try {
-      await this.options.store.record(outcomes)
-    } catch (error) {
-      this.outcomes.unshift(...outcomes) // recorded at the next pass; until then their leases hold them
-      throw error
-    }
-    for (const outcome of outcomes) this.options.observe?.(outcome)
+    await this.options.store.record(settled)
+    for (const outcome of settled) this.options.observe?.(outcome)
   }
 
   /**
@@ -160,23 +165,25 @@ export class Dispatcher {
    * it does not watch the head: a new one pokes, or is found within IDLE_MS.
    */
   private async sleep (outlook: Outlook | undefined): Promise<void> {
-    if (this.stopped) return
+    if (this.stopped || this.poked) return
     let ms = outlook === undefined ? BACKOFF_MS : IDLE_MS
     if (outlook?.nextDue !== undefined && !this.capped) ms = Math.min(ms, outlook.nextDue.getTime() - this.now().getTime())
-    if (outlook?.behind === true || this.outcomes.length > 0 || this.poked) ms = 0
+    if (outlook?.behind === true || this.outcomes.length > 0) ms = 0
     const started = performance.now()
+    let moved = false
     if (ms > 0) {
       await new Promise<void>(resolve => {
         const timer = setTimeout(done, ms)
         function done (): void { clearTimeout(timer); resolve() }
         this.wake = done
-        if (outlook !== undefined && outlook.subscriptions > 0) this.options.feed.beyond(outlook.head, ms).then(moved => { if (moved) done() }, done)
+        if (outlook !== undefined && outlook.subscriptions > 0) this.options.feed.beyond(outlook.head, ms).then(beyond => { moved = beyond; if (beyond) done() }, done)
       })
       this.wake = undefined
     }
-    // Under a stream of changes, passes are spaced: each takes what arrived meanwhile, together.
+    // Under a stream of changes, passes are spaced, so that each takes what arrived meanwhile,
+    // together; an ended attempt (a poke) is taken at once.
     const spent = performance.now() - started
-    if (spent < PASS_MS && !this.stopped) await new Promise(resolve => setTimeout(resolve, PASS_MS - spent))
+    if ((moved || ms <= 0) && !this.poked && spent < PASS_MS && !this.stopped) await new Promise(resolve => setTimeout(resolve, PASS_MS - spent))
   }
 
   private failed (error: Error): void {

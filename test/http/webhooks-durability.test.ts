@@ -1,0 +1,152 @@
+// Webhooks lose nothing and invent nothing (SPEC section 5): a receiver down while thousands of
+// writes are acknowledged and the server SIGKILLed gets every change afterwards, each under one
+// webhook-id; a write answered 503 or refused delivers nothing; on PostgreSQL two instances
+// share the work, each delivery attempted by one at a time, and a killed one's lease expires.
+import assert from 'node:assert/strict'
+import { describe, test } from 'node:test'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { call, freshDatabase, holdWriteLock, startServer, testStores, twoInstances, type Server } from '../helpers.js'
+import { startReceiver, type Received } from '../receiver.js'
+import { pgSchema, PG_SKIP, PG_URL } from '../store/postgres-helpers.js'
+
+const WRITES = 2000
+const WRITERS = 32
+const PRIVATE = { WEBHOOKS_ALLOW_PRIVATE: 'true' }
+
+/** POSTs plants `first`, `first + 1`, … `count` in all from WRITERS loops over the servers in turn; returns the ids answered 200. */
+async function writeMany (servers: Server[], first: number, count: number): Promise<number[]> {
+  const acknowledged: number[] = []
+  let next = first
+  await Promise.all(Array.from({ length: WRITERS }, async (_, writer) => {
+    while (next < first + count) {
+      const id = next++
+      const answer = await call(servers[writer % servers.length], 'POST', '/plants', { body: { id, name: `plant ${id}` } })
+      if (answer.status === 200) acknowledged.push(id)
+    }
+  }))
+  return acknowledged
+}
+
+/** The received requests that carry plant `id`'s creation, by webhook-id. */
+function byWebhookId (received: Received[]): Map<string, Received[]> {
+  const map = new Map<string, Received[]>()
+  for (const request of received) map.set(String(request.headers['webhook-id']), [...map.get(String(request.headers['webhook-id'])) ?? [], request])
+  return map
+}
+
+async function subscribe (server: Server, url: string): Promise<number> {
+  const answer = await call(server, 'POST', '/webhooks', { body: { url } })
+  assert.equal(answer.status, 201, answer.text)
+  return answer.body.id
+}
+
+/** Waits until the receiver has a 2xx'd request for each of `count` distinct webhook-ids, or fails after `ms`. */
+async function deliveredAll (received: Received[], delivered: Set<string>, count: number, ms: number): Promise<void> {
+  const deadline = Date.now() + ms
+  while (delivered.size < count) {
+    if (Date.now() > deadline) throw new Error(`${delivered.size} of ${count} changes delivered within ${ms} ms (${received.length} requests)`)
+    await sleep(50)
+  }
+}
+
+for (const kind of testStores()) {
+  describe(`${kind}: webhooks lose nothing`, () => {
+    test(`a receiver that does not answer while ${WRITES} writes are acknowledged and the server is SIGKILLed: every change is delivered afterwards, under one webhook-id each`, async (t) => {
+      const database = await freshDatabase(t, kind)
+      const env = { ...PRIVATE, WEBHOOKS_TIMEOUT: '5' } // a lease of 5 + 5 s
+      const receiver = await startReceiver(t)
+      receiver.answer = () => {} // down behind a live address: attempts hang until the timeout
+      const server = await startServer(t, { ...database, env })
+      await subscribe(server, `${receiver.url}/hook`)
+      const acknowledged = await writeMany([server], 1, WRITES)
+      assert.equal(acknowledged.length, WRITES)
+      server.process.kill('SIGKILL')
+      await server.exited
+      const attemptedBefore = receiver.received.length
+      assert.ok(attemptedBefore > 0, 'attempts were under way when the server died')
+
+      const delivered = new Set<string>()
+      receiver.answer = (request, response) => {
+        delivered.add(String(request.headers['webhook-id']))
+        response.writeHead(204).end()
+      }
+      await startServer(t, { ...database, token: server.token, env })
+      await deliveredAll(receiver.received, delivered, WRITES, 60_000)
+
+      const ids = byWebhookId(receiver.received)
+      assert.equal(ids.size, WRITES, 'one webhook-id per change, never a new one for another attempt')
+      const names = new Set<string>()
+      let again = 0
+      for (const [id, requests] of ids) {
+        if (requests.length > 1) again++
+        assert.equal(new Set(requests.map(r => r.body)).size, 1, `${id}: the same body on every attempt`)
+        assert.equal(new Set(requests.map(r => r.headers['webhook-position'])).size, 1)
+        names.add(JSON.parse(requests[0].body).name)
+      }
+      assert.ok(again > 0, 'the attempts cut off by the kill were made again, under their webhook-id')
+      assert.deepEqual([...names].sort(), acknowledged.map(id => `plant ${id}`).sort(), 'exactly the acknowledged plants')
+    })
+
+    test('a write refused (503, 409) or repeated delivers nothing', async (t) => {
+      const server = await startServer(t, { store: kind, env: PRIVATE })
+      const receiver = await startReceiver(t)
+      await subscribe(server, receiver.url)
+      assert.equal((await call(server, 'POST', '/plants', { body: { id: 1, name: 'Fern' } })).status, 200)
+      assert.equal((await call(server, 'POST', '/plants', { body: { id: 1, name: 'Fern' } })).status, 200, 'an identical retry')
+      assert.equal((await call(server, 'POST', '/plants', { body: { id: 1, name: 'Moss' } })).status, 409)
+      assert.equal((await call(server, 'PUT', '/plants/2', { body: { name: 'none' } })).status, 404)
+      assert.equal((await call(server, 'PUT', '/plants/1', { body: { name: 'Fern' }, headers: { 'if-match': '"99"' } })).status, 412)
+      if (kind === 'sqlite') {
+        const { released } = await holdWriteLock(t, server.dbPath, 3000)
+        const refused = await call(server, 'POST', '/plants', { body: { id: 3, name: 'Ivy' } })
+        assert.equal(refused.status, 503, refused.text)
+        await released
+        assert.equal((await call(server, 'GET', '/plants/3')).status, 404, 'a 503 stored nothing')
+      }
+      assert.equal((await call(server, 'POST', '/plants', { body: { id: 4, name: 'Sage' } })).status, 200)
+      await receiver.waitFor(2, 5000)
+      await sleep(1500)
+      assert.deepEqual(receiver.received.map(r => JSON.parse(r.body).name).sort(), ['Fern', 'Sage'], 'one delivery per committed change, none else')
+    })
+  })
+}
+
+if (PG_URL === undefined) {
+  test('webhooks with several instances on PostgreSQL', { skip: PG_SKIP }, () => {})
+} else {
+  test(`two instances share the deliveries of ${WRITES} writes: each change attempted once, by one of them`, async (t) => {
+    const { servers } = await twoInstances(t, PRIVATE)
+    const receiver = await startReceiver(t)
+    const delivered = new Set<string>()
+    receiver.answer = (request, response) => {
+      delivered.add(String(request.headers['webhook-id']))
+      response.writeHead(204).end()
+    }
+    await subscribe(servers[0], receiver.url)
+    const acknowledged = await writeMany(servers, 1, WRITES)
+    assert.equal(acknowledged.length, WRITES)
+    await deliveredAll(receiver.received, delivered, WRITES, 60_000)
+    await sleep(500)
+    const twice = [...byWebhookId(receiver.received)].filter(([, requests]) => requests.length > 1)
+    assert.deepEqual(twice.map(([id]) => id), [], 'no change attempted by both instances (every receiver answered at once)')
+  })
+
+  test('an instance killed mid-attempt leaves its delivery to the other, once its lease has run out, and not before', async (t) => {
+    const { url } = await pgSchema(t)
+    const env = { ...PRIVATE, DATABASE_URL: url, WEBHOOKS_TIMEOUT: '2' } // a lease of 2 + 5 s
+    const a = await startServer(t, { env })
+    const receiver = await startReceiver(t)
+    receiver.answer = () => {} // holds the attempt: it is under way when its sender dies
+    await subscribe(a, receiver.url)
+    assert.equal((await call(a, 'POST', '/plants', { body: { id: 1, name: 'Fern' } })).status, 200)
+    const [first] = await receiver.waitFor(1, 5000) // from `a`, the only instance yet
+    await startServer(t, { env, token: a.token })
+    receiver.answer = (_request, response) => { response.writeHead(204).end() }
+    a.process.kill('SIGKILL')
+    const [, second] = await receiver.waitFor(2, 20_000)
+    assert.equal(second.headers['webhook-id'], first.headers['webhook-id'])
+    assert.ok(second.at - first.at >= 6500, `the other waited for the lease: ${second.at - first.at} ms`)
+    await sleep(500)
+    assert.equal(receiver.received.length, 2, 'attempted by one at a time')
+  })
+}

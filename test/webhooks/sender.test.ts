@@ -1,0 +1,47 @@
+// The sender's connection-time SSRF check (SPEC section 5): the address actually connected to is
+// checked on every attempt, so a name that resolves to loopback only after registration (DNS
+// rebinding), or a URL holding a private address, reaches nothing without WEBHOOKS_ALLOW_PRIVATE.
+import assert from 'node:assert/strict'
+import type { LookupAddress } from 'node:dns'
+import { test } from 'node:test'
+import type { ClaimedDelivery } from '../../src/store/webhooks.js'
+import { Sender } from '../../src/webhooks/sender.js'
+import { startReceiver } from '../receiver.js'
+
+/** A resolver we control: every name resolves to `address`, in dns.lookup's callback shapes. */
+function resolvingTo (address: string): any {
+  return (_host: string, options: { all?: boolean }, callback: (error: Error | null, address: string | LookupAddress[], family?: number) => void) => {
+    if (options.all === true) callback(null, [{ address, family: 4 }])
+    else callback(null, address, 4)
+  }
+}
+
+const delivery = (url: string): ClaimedDelivery => ({ id: 1, webhookId: 1, position: 7n, type: 'plant.created', plant: { id: 2n ** 63n - 1n, name: 'Fern' }, attempts: 0, url, secrets: ['whsec_' + Buffer.alloc(32).toString('base64')] })
+
+test('a name that resolves to loopback when the attempt is made is refused before connecting; with WEBHOOKS_ALLOW_PRIVATE it is reached', async (t) => {
+  const receiver = await startReceiver(t)
+  const refusing = new Sender({ allowPrivate: false, timeoutMs: 2000, resolve: resolvingTo('127.0.0.1') })
+  t.after(() => refusing.close())
+  const refused = await refusing.attempt(delivery(`http://rebound.example:${receiver.port}/hook`), new Date())
+  assert.equal(refused.statusCode, undefined)
+  assert.match(refused.error ?? '', /^refused: .*127\.0\.0\.1/)
+  assert.equal(receiver.received.length, 0, 'no request reached the address')
+
+  const allowing = new Sender({ allowPrivate: true, timeoutMs: 2000, resolve: resolvingTo('127.0.0.1') })
+  t.after(() => allowing.close())
+  const reached = await allowing.attempt(delivery(`http://rebound.example:${receiver.port}/hook`), new Date())
+  assert.equal(reached.statusCode, 204)
+  assert.equal(receiver.received.length, 1)
+  assert.equal(receiver.received[0].body, '{"id":9223372036854775807,"name":"Fern"}')
+})
+
+test('a URL holding a private address is refused at every attempt, whatever was stored', async (t) => {
+  const receiver = await startReceiver(t)
+  const sender = new Sender({ allowPrivate: false, timeoutMs: 2000 })
+  t.after(() => sender.close())
+  for (const host of ['127.0.0.1', '[::ffff:127.0.0.1]', '[::1]', '169.254.169.254', '10.1.2.3']) {
+    const result = await sender.attempt(delivery(`http://${host}:${receiver.port}/`), new Date())
+    assert.match(result.error ?? '', /^refused: /, host)
+  }
+  assert.equal(receiver.received.length, 0)
+})
