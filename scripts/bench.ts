@@ -26,8 +26,12 @@ import { queryOnce } from './postgres-query.js'
 
 type ScenarioName = 'get' | 'list' | 'post'
 type YardstickName = 'ceiling' | 'durable' | 'get' | 'list' | 'postgres' | 'postgres-js'
-/** The service as it runs; POST also with one SSE reader following its change feed, and (BENCH_BASE) another build of it. */
-type ServiceName = 'service' | 'service-sse' | 'base'
+/**
+ * The service as it runs; POST also with one SSE reader following its change feed, with one
+ * webhook subscriber answering 204, with one whose address refuses connections, and
+ * (BENCH_BASE) another build of it.
+ */
+type ServiceName = 'service' | 'service-sse' | 'service-hook' | 'service-hook-down' | 'base'
 type ServerName = YardstickName | ServiceName
 
 interface Options {
@@ -123,6 +127,8 @@ const YARDSTICKS: Record<YardstickName, string> = {
 const SERVICES: Record<ServiceName, string> = {
   service: 'service',
   'service-sse': 'service, one SSE reader following',
+  'service-hook': 'service, one webhook subscriber',
+  'service-hook-down': 'service, one webhook subscriber down',
   base: `service at ${BASE === undefined ? 'BENCH_BASE' : spawnSync('git', ['rev-parse', '--short', 'HEAD'], { cwd: BASE, encoding: 'utf8' }).stdout.trim()}`
 }
 const nameOf = (server: ServerName): string => server in SERVICES ? SERVICES[server as ServiceName] : YARDSTICKS[server as YardstickName]
@@ -142,6 +148,12 @@ function follow () {
   }).on('error', () => setTimeout(follow, 100))
 }
 follow(); process.on('SIGTERM', () => { process.stdout.write('received ' + received + ' changes, the last at position ' + last + '\\n'); process.exit(0) })`
+
+/** The webhook subscriber of 'service-hook': a process of its own (on wrk's CPU) that answers every delivery 204 and counts them. */
+const RECEIVER = `const http = require('node:http'); let received = 0
+const server = http.createServer((req, res) => { req.resume(); req.on('end', () => { received++; res.writeHead(204).end() }) })
+server.listen(0, '127.0.0.1', () => process.stdout.write('port ' + server.address().port + '\\n'))
+process.on('SIGTERM', () => { process.stdout.write('received ' + received + ' deliveries\\n'); process.exit(0) })`
 
 /** The yardsticks a scenario is compared with: on PostgreSQL, the one that runs the store's statements. */
 function yardsticksOf (scenario: ScenarioName, options: Options): YardstickName[] {
@@ -260,8 +272,8 @@ async function startServer (name: ServerName, args: string[], env: Record<string
   return server
 }
 
-function createToken (databaseUrl: string, root = ROOT): string {
-  const run = spawnSync(process.execPath, ['dist/cli/main.js', 'tokens', 'create', '--name', 'bench'], { cwd: root, env: { PATH: process.env.PATH ?? '', DATABASE_URL: databaseUrl }, encoding: 'utf8' })
+function createToken (databaseUrl: string, root = ROOT, name = 'bench', scope?: string): string {
+  const run = spawnSync(process.execPath, ['dist/cli/main.js', 'tokens', 'create', '--name', name, ...(scope === undefined ? [] : ['--scope', scope])], { cwd: root, env: { PATH: process.env.PATH ?? '', DATABASE_URL: databaseUrl }, encoding: 'utf8' })
   if (run.status !== 0) throw new Error(`tokens create failed: ${run.stderr}`)
   return run.stdout.trim()
 }
@@ -313,12 +325,27 @@ function startArguments (): string[] {
 const SERVICE_ARGUMENTS = startArguments()
 
 async function startService (databaseUrl: string, name: ServiceName = 'service', token?: string): Promise<Server> {
-  const env = { HOST: '127.0.0.1', DATABASE_URL: databaseUrl, LOG_LEVEL, RATE_LIMIT_PER_MINUTE: '0' }
+  const hooked = name === 'service-hook' || name === 'service-hook-down'
+  const env = { HOST: '127.0.0.1', DATABASE_URL: databaseUrl, LOG_LEVEL, RATE_LIMIT_PER_MINUTE: '0', ...(hooked ? { WEBHOOKS_ALLOW_PRIVATE: 'true' } : {}) }
   const server = await startServer(name, SERVICE_ARGUMENTS, env, name === 'base' ? BASE : ROOT)
-  if (name === 'service-sse' && token !== undefined) {
-    const [command, ...args] = pinned(1, [process.execPath, '-e', FOLLOWER, `http://127.0.0.1:${server.port}/plants/changes`, token])
-    const follower = track(spawn(command, args, { env: { PATH: process.env.PATH ?? '' }, stdio: ['ignore', 'pipe', 'pipe'] }))
-    followers.push({ server, child: follower, output: capture(follower) })
+  const beside = (script: string, ...args: string[]): { child: ChildProcess, output: string[] } => {
+    const [command, ...rest] = pinned(1, [process.execPath, '-e', script, ...args])
+    const child = track(spawn(command, rest, { env: { PATH: process.env.PATH ?? '' }, stdio: ['ignore', 'pipe', 'pipe'] }))
+    const helper = { server, child, output: capture(child) }
+    followers.push(helper)
+    return helper
+  }
+  if (name === 'service-sse' && token !== undefined) beside(FOLLOWER, `http://127.0.0.1:${server.port}/plants/changes`, token)
+  if (hooked) {
+    let url = `http://127.0.0.1:${await freePort()}/down` // nothing listens there
+    if (name === 'service-hook') {
+      const receiver = beside(RECEIVER)
+      for (const until = Date.now() + 10_000; !/port \d+/.test(receiver.output.join('')); await sleep(20)) if (Date.now() > until) throw new Error('the webhook receiver did not start')
+      url = `http://127.0.0.1:${/port (\d+)/.exec(receiver.output.join(''))?.[1]}/hook`
+    }
+    const admin = createToken(databaseUrl, ROOT, 'bench-admin', 'admin')
+    const subscribed = await fetch(`http://127.0.0.1:${server.port}/webhooks`, { method: 'POST', headers: { authorization: `Bearer ${admin}`, 'content-type': 'application/json' }, body: JSON.stringify({ url }) })
+    if (subscribed.status !== 201) throw new Error(`subscribing ${url} failed: ${subscribed.status} ${await subscribed.text()}`)
   }
   return server
 }
@@ -630,6 +657,19 @@ function comparisons (rows: Row[], options: Options): Comparison[] {
   }))))
 }
 
+/** What a webhook subscriber costs POST: the service with one over the service without, per round, in the same run (issue 19: ≥ 0.9). */
+interface WebhookCost { service: ServiceName, rounds: number[], median: number, met: boolean }
+
+function webhookCosts (rows: Row[], options: Options): WebhookCost[] {
+  const hooked: ServiceName[] = ['service-hook', 'service-hook-down']
+  return hooked.filter(name => rows.some(r => r.server === name)).map(service => {
+    const of = (server: ServerName, round: number): number | undefined => rows.find(r => r.scenario === 'post' && r.server === server && r.round === round)?.requestsPerSecond
+    const ratios = Array.from({ length: options.rounds }, (_, i) => (of(service, i + 1) ?? Number.NaN) / (of('service', i + 1) ?? Number.NaN)).filter(Number.isFinite).map(round3)
+    const value = round3(median(ratios))
+    return { service, rounds: ratios, median: value, met: value >= 0.9 }
+  })
+}
+
 interface Limits { scenario: ScenarioName, instances: number, p99Ms: { median: number, max: number, met: boolean }, peakRssMiB: { median: number, max: number, met: boolean } }
 
 /** Per scenario: the service's p99 and peak RSS, medians over the rounds (and the worst round), against the targets. */
@@ -740,7 +780,7 @@ async function stop (child: ChildProcess): Promise<void> {
 /** Stops the SSE readers first, and says what each received. */
 async function stopFollowers (): Promise<string[]> {
   await Promise.all(followers.map(async follower => await stop(follower.child)))
-  return followers.splice(0).map(follower => `Note: the SSE reader of the service on port ${follower.server.port} ${linesOf(follower.output).join(' ') || 'printed nothing'}.`)
+  return followers.splice(0).map(follower => `Note: the ${follower.server.name === 'service-sse' ? 'SSE reader' : 'webhook receiver'} of the service on port ${follower.server.port} ${linesOf(follower.output).filter(line => !line.startsWith('port ')).join(' ') || 'printed nothing'}.`)
 }
 
 async function cleanUp (): Promise<void> {
@@ -789,7 +829,7 @@ async function runSqlite (options: Options): Promise<{ rows: Row[], service: Ser
       const ownToken = createToken(join(own, 'plantstore.db'), name === 'base' ? BASE : ROOT)
       return { name, servers: [await startService(join(own, 'plantstore.db'), name, ownToken)], script: writeLua(own, 'post', ownToken) }
     }
-    others.push(await other('service-sse'))
+    others.push(await other('service-sse'), await other('service-hook'), await other('service-hook-down'))
     if (BASE !== undefined) others.push(await other('base'))
   }
   const rows: Row[] = []
@@ -872,8 +912,11 @@ async function run (options: Options): Promise<{ errors: string[], [key: string]
     rows = sqlite.rows
     const compared = comparisons(rows, options)
     printTables(rows, compared, serviceLimits(rows, options), options)
+    const costs = webhookCosts(rows, options)
+    console.log('\n' + markdown(['POST with webhooks', 'ratio to the service without, per round', 'median', 'target ≥ 0.9'],
+      costs.map(c => [SERVICES[c.service], c.rounds.map(n => n.toFixed(3)).join(', '), `**${c.median.toFixed(3)}**`, met(c.met)])))
     soaked = options.soakSeconds > 0 ? await soak(sqlite.service, writeLua(sqlite.dir, 'post', sqlite.token), options.soakSeconds, options) : undefined
-    return { rows, comparisons: compared, service: serviceLimits(rows, options), targets: TARGETS, soak: soaked, errors: errorNotes(rows) }
+    return { rows, comparisons: compared, webhookCosts: webhookCosts(rows, options), service: serviceLimits(rows, options), targets: TARGETS, soak: soaked, errors: errorNotes(rows) }
   }
   const compared = comparisons(rows, options)
   const limits = serviceLimits(rows, options)

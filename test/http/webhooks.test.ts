@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict'
 import { describe, test } from 'node:test'
 import { Webhook } from 'standardwebhooks'
-import { call, cli, isErrorBody, parseExact, startServer, testStores, type Server } from '../helpers.js'
+import { call, cli, isErrorBody, parseExact, parseMetrics, sampleValue, startServer, testStores, type Server } from '../helpers.js'
 import { startReceiver, type Received } from '../receiver.js'
 
 const BIG = '9223372036854775807'
@@ -173,6 +173,12 @@ for (const kind of testStores()) {
       }
       assert.equal(shown?.enabled, false)
       assert.equal(shown?.disabledReason, 'The receiver answered 410 Gone.')
+      const metrics = parseMetrics((await call(server, 'GET', '/metrics', { token: null })).text)
+      assert.equal(sampleValue(metrics, 'plantstore_webhooks_disabled'), 1)
+      assert.equal(sampleValue(metrics, 'plantstore_webhook_attempts_total', { outcome: 'failed' }), 1)
+      assert.equal(sampleValue(metrics, 'plantstore_webhook_attempt_duration_seconds_count', { outcome: 'failed' }), 1)
+      assert.equal(sampleValue(metrics, 'plantstore_webhook_deliveries_due'), 0)
+      assert.equal(sampleValue(metrics, 'plantstore_webhook_attempts_in_flight'), 0)
       await post(server, '{"id": 2, "name": "Moss"}')
       await new Promise(resolve => setTimeout(resolve, 1500))
       assert.equal(receiver.received.length, 1, 'nothing is sent while disabled')
