@@ -179,8 +179,11 @@ function startWebhooks (app: FastifyInstance, { store, feed, log, metrics, confi
   metrics.state.webhooks.backlog = () => store.webhooks.backlog(new Date())
   // Once listening: an app only injected into (tests, tools) sends nothing.
   app.addHook('onListen', (done) => { dispatcher.start(); done() })
+  // Stopping begins with the server's close, beside the requests that finish; the store closes after.
+  let stopped: Promise<void> | undefined
+  app.addHook('preClose', (done) => { stopped = dispatcher.stop(WEBHOOKS_STOP_MS); done() })
   app.addHook('onClose', async () => {
-    await dispatcher.stop(WEBHOOKS_STOP_MS)
+    await (stopped ?? dispatcher.stop(WEBHOOKS_STOP_MS))
     sender.close()
   })
   return dispatcher

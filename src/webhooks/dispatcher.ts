@@ -70,15 +70,19 @@ export class Dispatcher {
     this.wake?.()
   }
 
-  /** Stops taking deliveries, lets the attempts in flight finish within `ms`, and records them. */
+  /**
+   * Stops taking deliveries, and lets the pass and the attempts under way finish and be recorded,
+   * all within `ms` (the store may be out of reach): what is left unrecorded is attempted again
+   * once its lease ends.
+   */
   async stop (ms: number): Promise<void> {
     this.stopped = true
     this.poke()
-    await this.running?.catch(() => {})
     let timer: NodeJS.Timeout | undefined
-    await Promise.race([Promise.all(this.inFlight), new Promise(resolve => { timer = setTimeout(resolve, ms) })])
+    const deadline = new Promise<void>(resolve => { timer = setTimeout(resolve, ms) })
+    await Promise.race([Promise.all([this.running?.catch(() => {}), ...this.inFlight]), deadline])
+    await Promise.race([this.flush().catch(() => {}), deadline])
     clearTimeout(timer)
-    await this.flush().catch(() => {}) // unrecorded attempts are made again once their leases end
   }
 
   private async loop (): Promise<void> {
