@@ -172,7 +172,7 @@ function startWebhooks (app: FastifyInstance, { store, feed, log, metrics, confi
     send: (delivery, now) => sender.attempt(delivery, now),
     timeoutMs,
     maxInFlight,
-    perSubscription: Math.max(1, Math.floor(maxInFlight / 8)),
+    perSubscription: Math.max(1, Math.floor(maxInFlight / 4)),
     observe: ({ delivered, nextAt, attempt }) => outcomes[delivered ? 'delivered' : nextAt === undefined ? 'failed' : 'retrying'].observe(attempt.durationMs / 1000)
   })
   metrics.state.webhooks.attempts = () => dispatcher.attempts

@@ -27,7 +27,7 @@ export interface Config {
   changesMaxReaders: number
   /** Webhook URLs on loopback, private, link-local and metadata addresses are taken too: for local tests only. Default false. */
   webhooksAllowPrivate: boolean
-  /** Webhook attempts in flight in this process at most (one subscription: an eighth of it, at least 1). Default 64. */
+  /** Webhook attempts in flight in this process at most (one subscription: a quarter of it, at least 1). Default 64. */
   webhooksMaxInFlight: number
   /** Seconds a webhook receiver has to answer. Default 15. */
   webhooksTimeout: number

@@ -3,6 +3,7 @@
 // committed), leases the due ones, sends them with a cap on attempts in flight, and records each
 // outcome with the next attempt's time. Every step is in the store, so a restart, or another
 // instance, carries on where this one stopped.
+import { performance } from 'node:perf_hooks'
 import type { Logger } from 'pino'
 import type { Feed } from '../changes/feed.js'
 import type { AttemptOutcome, ClaimedDelivery, Outlook, WebhookStore } from '../store/webhooks.js'
@@ -15,6 +16,13 @@ const ENQUEUE_BATCH = 500
 const IDLE_MS = 1000
 /** The shortest time between two passes under a stream of changes: each pass then takes what arrived meanwhile, together. */
 const PASS_MS = 20
+/**
+ * Requests come first: when the event loop was busy for more than this share of the time since
+ * the last pass (the request path saturates the process), the next pass waits BUSY_PASS_MS.
+ * Deliveries then fall behind, and catch up once there is room again (the backlog metric shows it).
+ */
+const BUSY = 0.9
+const BUSY_PASS_MS = 250
 /** After a store failure, the wait before the next pass. */
 const BACKOFF_MS = 1000
 /** A lease outlasts the receiver's time to answer by this much, so that only a sender that died loses its delivery to another. */
@@ -50,6 +58,8 @@ export class Dispatcher {
   private capped = false
   /** Poked since the last pass began: the next does not wait. */
   private poked = false
+  /** The event loop's use at the last look, to tell how busy it has been since. */
+  private loopUse = performance.eventLoopUtilization()
 
   constructor (private readonly options: DispatcherOptions) {
     this.now = options.now ?? (() => new Date())
@@ -169,7 +179,12 @@ export class Dispatcher {
    * it does not watch the head: a new one pokes, or is found within IDLE_MS.
    */
   private async sleep (outlook: Outlook | undefined): Promise<void> {
-    if (this.stopped || this.poked) return
+    if (this.stopped) return
+    if (this.busy()) {
+      await new Promise(resolve => setTimeout(resolve, BUSY_PASS_MS))
+      return
+    }
+    if (this.poked) return
     let ms = outlook === undefined ? BACKOFF_MS : IDLE_MS
     if (outlook?.nextDue !== undefined && !this.capped) ms = Math.min(ms, outlook.nextDue.getTime() - this.now().getTime())
     if (outlook?.behind === true || this.outcomes.length > 0) ms = 0
@@ -188,6 +203,14 @@ export class Dispatcher {
     // together; an ended attempt (a poke) is taken at once.
     const spent = performance.now() - started
     if ((moved || ms <= 0) && !this.poked && spent < PASS_MS && !this.stopped) await new Promise(resolve => setTimeout(resolve, PASS_MS - spent))
+  }
+
+  /** True when the event loop has been busy for more than BUSY of the time since the last look. */
+  private busy (): boolean {
+    const now = performance.eventLoopUtilization()
+    const since = performance.eventLoopUtilization(now, this.loopUse)
+    this.loopUse = now
+    return since.utilization > BUSY
   }
 
   private failed (error: Error): void {

@@ -53,7 +53,7 @@ for (const kind of testStores()) {
   describe(`${kind}: webhooks lose nothing`, () => {
     test(`a receiver that does not answer while ${WRITES} writes are acknowledged and the server is SIGKILLed: every change is delivered afterwards, under one webhook-id each`, async (t) => {
       const database = await freshDatabase(t, kind)
-      const env = { ...PRIVATE, WEBHOOKS_TIMEOUT: '5' } // a lease of 5 + 5 s
+      const env = { ...PRIVATE, WEBHOOKS_TIMEOUT: '3' } // a lease of 3 + 5 s
       const receiver = await startReceiver(t)
       receiver.answer = () => {} // down behind a live address: attempts hang until the timeout
       const server = await startServer(t, { ...database, env })
