@@ -17,7 +17,7 @@ const MAX_RETRY_AFTER_MS = 86_400_000
 export function nextAttemptAt (made: number, now: Date, retryAfterMs?: number, random: () => number = Math.random): Date | undefined {
   const wait = RETRY_SCHEDULE_MS[made - 1]
   if (wait === undefined) return undefined
-  const jittered = wait * (1 - JITTER + 2 * JITTER * random())
+  const jittered = Math.round(wait * (1 - JITTER + 2 * JITTER * random()))
   return new Date(now.getTime() + Math.max(jittered, Math.min(retryAfterMs ?? 0, MAX_RETRY_AFTER_MS)))
 }
 
@@ -26,6 +26,7 @@ export function retryAfterMs (header: string | undefined, now: Date): number | u
   if (header === undefined) return undefined
   const text = header.trim()
   if (/^\d{1,10}$/.test(text)) return Number(text) * 1000
-  const date = Date.parse(text)
+  // An HTTP date ends in GMT (RFC 9110); Date.parse alone would take "-5" for a year.
+  const date = /GMT$/.test(text) ? Date.parse(text) : Number.NaN
   return Number.isNaN(date) ? undefined : Math.max(0, date - now.getTime())
 }

@@ -129,18 +129,41 @@ test('a receiver that does not answer within the timeout is a failed attempt, re
   assert.equal(delivery.status, 'pending')
 })
 
-test('a slow receiver holds up no other subscription: its attempts in flight are capped', async (t) => {
-  const { store, dispatcher } = await harness(t, { timeoutMs: 3000, maxInFlight: 6, perSubscription: 2, realTime: true })
+test('a slow receiver (it answers after 14 s) holds up no other subscription: its attempts in flight are capped', async (t) => {
+  const { store, dispatcher } = await harness(t, { timeoutMs: 15_000, maxInFlight: 6, perSubscription: 2, realTime: true })
   const slow = await startReceiver(t)
-  slow.answer = (_request, response) => { setTimeout(() => response.writeHead(204).end(), 2000) }
+  slow.answer = (_request, response) => { setTimeout(() => response.writeHead(204).end(), 14_000).unref() }
   const fast = await startReceiver(t)
   await store.webhooks.create({ url: slow.url, events: ['plant.created'], secret: SECRET }, new Date())
   await store.webhooks.create({ url: fast.url, events: ['plant.created'], secret: SECRET }, new Date())
   const started = Date.now()
   for (let id = 1n; id <= 40n; id++) await store.create({ id, name: `p${id}` })
   dispatcher.poke()
-  await fast.waitFor(40, 1900)
-  assert.ok(Date.now() - started < 2000, 'every fast delivery arrived while the slow receiver still held its first two')
+  await fast.waitFor(40, 5000)
+  assert.ok(Date.now() - started < 5000, 'every fast delivery arrived while the slow receiver still held its first two')
   assert.equal(slow.received.length, 2, 'the slow receiver has two attempts in flight, no more')
   assert.ok(dispatcher.attempts <= 6)
+})
+
+test('requests come first: while the event loop is saturated, passes are spaced; once it is free, the backlog drains at once', async (t) => {
+  const { store, dispatcher } = await harness(t, { maxInFlight: 8, perSubscription: 8, realTime: true })
+  const receiver = await startReceiver(t)
+  await store.webhooks.create({ url: receiver.url, events: ['plant.created'], secret: SECRET }, new Date())
+  for (let id = 1n; id <= 300n; id++) await store.create({ id, name: `p${id}` })
+  // A request path that keeps the loop busy: 20 ms of work per turn, I/O in between.
+  let saturated = true
+  const work = (): void => {
+    const end = performance.now() + 20
+    while (performance.now() < end);
+    if (saturated) setImmediate(work)
+  }
+  work()
+  dispatcher.poke()
+  await new Promise(resolve => setTimeout(resolve, 1500))
+  const duringLoad = receiver.received.length
+  saturated = false
+  assert.ok(duringLoad <= 8 * 8, `${duringLoad} deliveries in 1.5 s of saturation: passes 250 ms apart, 8 each at most`)
+  const freed = Date.now()
+  await receiver.waitFor(300, 5000)
+  assert.ok(Date.now() - freed < 2000, `the backlog drained in ${Date.now() - freed} ms once the loop was free`)
 })
