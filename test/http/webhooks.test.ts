@@ -180,7 +180,7 @@ for (const kind of testStores()) {
       assert.equal(sampleValue(metrics, 'plantstore_webhook_deliveries_due'), 0)
       assert.equal(sampleValue(metrics, 'plantstore_webhook_attempts_in_flight'), 0)
       await post(server, '{"id": 2, "name": "Moss"}')
-      await new Promise(resolve => setTimeout(resolve, 1500))
+      await new Promise(resolve => setTimeout(resolve, 1000))
       assert.equal(receiver.received.length, 1, 'nothing is sent while disabled')
       receiver.answer = (_request, response) => { response.writeHead(204).end() }
       const enabled = await call(server, 'POST', `/webhooks/${id}/enable`)
