@@ -82,7 +82,8 @@ for (const store of testStores()) {
 }
 
 // The rest runs on SQLite: the stream's bounds live in the server, whatever its store.
-describe('stream bounds (SQLite)', () => {
+// Two at a time: most of these wait on timers (heartbeats, stalls, rechecks), not on the machine.
+describe('stream bounds (SQLite)', { concurrency: 2 }, () => {
   test('heartbeats: an idle stream gets a comment line within 15 s', { timeout: 20_000 }, async (t) => {
     const server = await startServer(t)
     const stream = await openStream(`${server.url}/plants/changes`, server.token)
