@@ -117,10 +117,10 @@ export function postgresWebhooks (read: <T>(work: (query: Query) => Promise<T>) 
     rotate: (id, secret, previousUntil) => read(async (query) =>
       (await query('UPDATE webhooks SET previous_secret = secret, previous_until = $1, secret = $2 WHERE id = $3', [previousUntil, secret, id])).rowCount === 1),
     enable: (id, now) => transaction(async (query) => {
+      // Only a disabled subscription moves: an enabled one keeps its cursor and its schedule.
       const { rowCount } = await query(`UPDATE webhooks SET disabled_at = NULL, disabled_reason = NULL, failing_since = NULL,
-        cursor = greatest(cursor, (SELECT head FROM change_log)) WHERE id = $1`, [id])
-      if (rowCount === 0) return undefined
-      await query("UPDATE webhook_deliveries SET next_at = least(next_at, $1) WHERE webhook_id = $2 AND status = 'pending'", [now, id])
+        cursor = greatest(cursor, (SELECT head FROM change_log)) WHERE id = $1 AND disabled_at IS NOT NULL`, [id])
+      if (rowCount === 1) await query("UPDATE webhook_deliveries SET next_at = least(next_at, $1) WHERE webhook_id = $2 AND status = 'pending'", [now, id])
       return await get(query, id)
     }),
     deliveries: (id, { status, after, limit }) => read(async (query) => {

@@ -56,7 +56,7 @@ export function webhookWrites (db: Database.Database) {
     insert: db.prepare(`INSERT INTO webhooks (url, events, tag, secret, cursor, created_at) VALUES (?, ?, ?, ?, (SELECT head FROM change_log), ?) RETURNING ${SUBSCRIPTION_COLUMNS}`),
     remove: db.prepare('DELETE FROM webhooks WHERE id = ?'),
     rotate: db.prepare('UPDATE webhooks SET previous_secret = secret, previous_until = ?, secret = ? WHERE id = ?'),
-    enable: db.prepare('UPDATE webhooks SET disabled_at = NULL, disabled_reason = NULL, failing_since = NULL, cursor = max(cursor, (SELECT head FROM change_log)) WHERE id = ?'),
+    enable: db.prepare('UPDATE webhooks SET disabled_at = NULL, disabled_reason = NULL, failing_since = NULL, cursor = max(cursor, (SELECT head FROM change_log)) WHERE id = ? AND disabled_at IS NOT NULL'),
     dueNow: db.prepare("UPDATE webhook_deliveries SET next_at = min(next_at, ?) WHERE webhook_id = ? AND status = 'pending'"),
     retry: db.prepare("UPDATE webhook_deliveries SET status = 'pending', next_at = ? WHERE id = ? AND webhook_id = ?"),
     exists: db.prepare('SELECT 1 FROM webhooks WHERE id = ?'),
@@ -94,10 +94,10 @@ export function webhookWrites (db: Database.Database) {
       rowToSubscription(sql.insert.get(subscription.url, subscription.events.join(' '), subscription.tag ?? null, subscription.secret, now) as SubscriptionRow),
     webhookRemove: (id: number): boolean => sql.remove.run(id).changes === 1,
     webhookRotate: (id: number, secret: string, previousUntil: number): boolean => sql.rotate.run(previousUntil, secret, id).changes === 1,
+    // Only a disabled subscription moves: an enabled one keeps its cursor and its schedule.
     webhookEnable: (id: number, now: number): boolean => {
-      if (sql.enable.run(id).changes === 0) return false
-      sql.dueNow.run(now, id)
-      return true
+      if (sql.enable.run(id).changes === 1) sql.dueNow.run(now, id)
+      return sql.exists.get(id) !== undefined
     },
     webhookRetry: (id: number, deliveryId: number, now: number): boolean => sql.retry.run(now, deliveryId, id).changes === 1,
     webhookReplay: (id: number, after: bigint, now: number): number | 'gone' | 'not-found' => {

@@ -68,7 +68,7 @@ export interface WebhookStore {
   remove (id: number): Promise<boolean>
   /** Makes `secret` the signing secret; the one it replaces signs too until `previousUntil`. False when there is no such subscription. */
   rotate (id: number, secret: string, previousUntil: Date): Promise<boolean>
-  /** Enables a disabled subscription: its deliveries start from the head of the log; pending ones are due at once. */
+  /** Enables a disabled subscription: its deliveries start from the head of the log; pending ones are due at once. An enabled one is left as it is. */
   enable (id: number, now: Date): Promise<Subscription | undefined>
 
   /** The subscription's deliveries, oldest first, with ids above `after` and of `status` if given. */

@@ -161,3 +161,20 @@ for (const kind of testStores()) {
     assert.deepEqual(after.secrets, ['whsec_new'])
   })
 }
+
+for (const kind of testStores()) {
+  test(`${kind}: enabling a subscription that is enabled changes nothing: its backlog and its schedule stay`, async (t) => {
+    const store = await openTestStore(t, kind)
+    const hook = await store.webhooks.create({ url: 'https://example.com/', events: ['plant.created'], secret: SECRET }, T0)
+    await store.create({ id: 1n, name: 'p1' })
+    await store.create({ id: 2n, name: 'p2' })
+    await store.webhooks.enqueue(T0, 1) // one change made a delivery; the other still waits behind the cursor
+    const [claimed] = await store.webhooks.claim(T0, at(20_000), LIMITS)
+    await store.webhooks.record([outcome(claimed, T0, { nextAt: at(5000) })])
+    assert.equal((await store.webhooks.enable(hook.id, at(1)))?.id, hook.id)
+    assert.deepEqual(await store.webhooks.claim(at(1), at(20_000), LIMITS), [], 'the retry is not brought forward')
+    await store.webhooks.enqueue(at(1), 500)
+    assert.deepEqual(positions(await store.webhooks.claim(at(5000), at(30_000), LIMITS)), [1n, 2n], 'the change behind the cursor was not skipped')
+    assert.equal(await store.webhooks.enable(hook.id + 1, at(1)), undefined)
+  })
+}
