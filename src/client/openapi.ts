@@ -288,7 +288,7 @@ export interface paths {
         put?: never;
         /**
          * Enable a disabled subscription
-         * @description Enables a subscription that was disabled. Changes made while it was disabled are not sent (queue them with `replay`); its pending deliveries are due at once. Needs `admin`.
+         * @description Enables a subscription that was disabled. Changes made while it was disabled are not sent (queue them with `replay`); its pending deliveries are due at once. An enabled subscription is left as it is. Needs `admin`.
          */
         post: operations["enableWebhook"];
         delete?: never;
