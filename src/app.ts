@@ -173,7 +173,8 @@ function startWebhooks (app: FastifyInstance, { store, feed, log, metrics, confi
     timeoutMs,
     maxInFlight,
     perSubscription: Math.max(1, Math.floor(maxInFlight / 4)),
-    observe: ({ delivered, nextAt, attempt }) => outcomes[delivered ? 'delivered' : nextAt === undefined ? 'failed' : 'retrying'].observe(attempt.durationMs / 1000)
+    observe: ({ delivered, nextAt, attempt }) => outcomes[delivered ? 'delivered' : nextAt === undefined ? 'failed' : 'retrying'].observe(attempt.durationMs / 1000),
+    requestsInFlight: () => metrics.state.requestsInFlight
   })
   metrics.state.webhooks.attempts = () => dispatcher.attempts
   metrics.state.webhooks.backlog = () => store.webhooks.backlog(new Date())

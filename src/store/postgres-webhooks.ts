@@ -5,7 +5,7 @@
 import type pg from 'pg'
 import { rowToPlant } from './postgres-rows.js'
 import { readFrom, type ChangeType, type LogBounds } from './store.js'
-import { FAILING_LIMIT_MS, type AttemptOutcome, type ClaimedDelivery, type Delivery, type DeliveryStatus, type Subscription, type WebhookStore } from './webhooks.js'
+import { FAILING_LIMIT_MS, FAILING_REASON, streaksOf, type AttemptOutcome, type ClaimedDelivery, type Delivery, type DeliveryStatus, type Subscription, type WebhookStore } from './webhooks.js'
 
 interface SubscriptionRow { id: bigint, url: string, events: string, tag: string | null, disabled_at: Date | null, disabled_reason: string | null, created_at: Date }
 interface DeliveryRow { id: bigint, webhook_id: bigint, position: bigint, type: ChangeType, plant_id: bigint, name: string, tag: string | null, status: DeliveryStatus, attempts: number, next_at: Date, created_at: Date }
@@ -89,19 +89,14 @@ export function postgresWebhooks (read: <T>(work: (query: Query) => Promise<T>) 
       outcomes.map(o => o.deliveryId), outcomes.map(o => o.attempt.at), outcomes.map(o => o.attempt.statusCode ?? null), outcomes.map(o => o.attempt.error ?? null),
       outcomes.map(o => Math.round(o.attempt.durationMs)), outcomes.map(o => o.delivered ? 'delivered' : o.nextAt === undefined ? 'failed' : 'pending'), outcomes.map(o => o.nextAt ?? null)
     ])
-    // Per subscription, in the order of its outcomes: a success ends a run of failures; a run of five days, or a 410, disables it.
-    for (const webhookId of new Set(outcomes.map(o => o.webhookId))) {
-      const own = outcomes.filter(o => o.webhookId === webhookId)
-      const lastSuccess = own.map(o => o.delivered).lastIndexOf(true)
-      const failures = own.slice(lastSuccess + 1)
-      if (lastSuccess >= 0) await query('UPDATE webhooks SET failing_since = NULL WHERE id = $1 AND failing_since IS NOT NULL', [webhookId])
-      if (failures.length === 0) continue
-      const last = failures[failures.length - 1]
-      const forced = failures.find(o => o.disable !== undefined)
-      await query('UPDATE webhooks SET failing_since = coalesce(failing_since, $1) WHERE id = $2', [failures[0].attempt.at, webhookId])
+    // A success ends a subscription's failing streak; five days of it, or a 410, disable it.
+    for (const { webhookId, succeeded, failures } of streaksOf(outcomes)) {
+      if (succeeded) await query('UPDATE webhooks SET failing_since = NULL WHERE id = $1 AND failing_since IS NOT NULL', [webhookId])
+      if (failures === undefined) continue
+      await query('UPDATE webhooks SET failing_since = coalesce(failing_since, $1) WHERE id = $2', [failures.from, webhookId])
       await query(`UPDATE webhooks SET disabled_at = $1, disabled_reason = $2 WHERE id = $3 AND disabled_at IS NULL
         AND ($4 OR failing_since <= $1::timestamptz - make_interval(secs => $5::float8))`,
-      [last.attempt.at, forced?.disable ?? 'Every delivery failed for five days.', webhookId, forced !== undefined, FAILING_LIMIT_MS / 1000])
+      [failures.last, failures.disable ?? FAILING_REASON, webhookId, failures.disable !== undefined, FAILING_LIMIT_MS / 1000])
     }
   }
   return {

@@ -3,7 +3,7 @@
 import type Database from 'better-sqlite3'
 import { BOUNDS_SQL, rowToPlant } from './sqlite-rows.js'
 import { readFrom, type ChangeType, type LogBounds } from './store.js'
-import { FAILING_LIMIT_MS, type AttemptOutcome, type ClaimedDelivery, type Delivery, type DeliveryStatus, type NewSubscription, type Outlook, type Subscription, type WebhookStore } from './webhooks.js'
+import { FAILING_LIMIT_MS, FAILING_REASON, streaksOf, type AttemptOutcome, type ClaimedDelivery, type Delivery, type DeliveryStatus, type NewSubscription, type Outlook, type Subscription, type WebhookStore } from './webhooks.js'
 
 interface SubscriptionRow { id: bigint, url: string, events: string, tag: string | null, disabled_at: bigint | null, disabled_reason: string | null, created_at: bigint }
 interface DeliveryRow { id: bigint, webhook_id: bigint, position: bigint, type: ChangeType, plant_id: bigint, name: string, tag: string | null, status: DeliveryStatus, attempts: bigint, next_at: bigint }
@@ -77,16 +77,16 @@ export function webhookWrites (db: Database.Database) {
       SELECT id FROM webhook_deliveries WHERE status <> 'pending' AND created_at < ? ORDER BY id LIMIT ?)`)
   }
   const record = (outcomes: AttemptOutcome[]): void => {
-    for (const { deliveryId, webhookId, attempt, delivered, nextAt, disable } of outcomes) {
-      const at = attempt.at.getTime()
-      sql.attempt.run(deliveryId, at, attempt.statusCode ?? null, attempt.error ?? null, Math.round(attempt.durationMs), deliveryId)
+    for (const { deliveryId, attempt, delivered, nextAt } of outcomes) {
+      sql.attempt.run(deliveryId, attempt.at.getTime(), attempt.statusCode ?? null, attempt.error ?? null, Math.round(attempt.durationMs), deliveryId)
       sql.settle.run(delivered ? 'delivered' : nextAt === undefined ? 'failed' : 'pending', nextAt?.getTime() ?? null, deliveryId)
-      if (delivered) {
-        sql.succeeded.run(webhookId)
-        continue
-      }
-      sql.failed.run(at, webhookId)
-      sql.disable.run({ id: webhookId, at, reason: disable ?? 'Every delivery failed for five days.', forced: disable === undefined ? 0 : 1, limit: FAILING_LIMIT_MS })
+    }
+    // A success ends a subscription's failing streak; five days of it, or a 410, disable it.
+    for (const { webhookId, succeeded, failures } of streaksOf(outcomes)) {
+      if (succeeded) sql.succeeded.run(webhookId)
+      if (failures === undefined) continue
+      sql.failed.run(failures.from.getTime(), webhookId)
+      sql.disable.run({ id: webhookId, at: failures.last.getTime(), reason: failures.disable ?? FAILING_REASON, forced: failures.disable === undefined ? 0 : 1, limit: FAILING_LIMIT_MS })
     }
   }
   return {

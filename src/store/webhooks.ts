@@ -106,6 +106,27 @@ export interface WebhookStore {
 
 /** Failing deliveries for this long, with no success between, disable a subscription (SPEC section 5). */
 export const FAILING_LIMIT_MS = 5 * 86_400_000
+export const FAILING_REASON = 'Every delivery failed for five days.'
 
 /** How long the delivery log keeps a delivered or failed delivery (SPEC section 5). */
 export const DELIVERY_LOG_MS = 30 * 86_400_000
+
+/** What a batch of outcomes says of one subscription's failing streak, in the order they came. */
+export interface Streak {
+  webhookId: number
+  /** A delivery succeeded: the streak ended. */
+  succeeded: boolean
+  /** The failures after the last success: the first's and the last's time, and a disable asked for (a 410). */
+  failures?: { from: Date, last: Date, disable?: string }
+}
+
+export function streaksOf (outcomes: AttemptOutcome[]): Streak[] {
+  return [...new Set(outcomes.map(o => o.webhookId))].map(webhookId => {
+    const own = outcomes.filter(o => o.webhookId === webhookId)
+    const lastSuccess = own.map(o => o.delivered).lastIndexOf(true)
+    const failed = own.slice(lastSuccess + 1)
+    const disable = failed.find(o => o.disable !== undefined)?.disable
+    const failures = failed.length === 0 ? undefined : { from: failed[0].attempt.at, last: failed[failed.length - 1].attempt.at, ...(disable === undefined ? {} : { disable }) }
+    return { webhookId, succeeded: lastSuccess >= 0, ...(failures === undefined ? {} : { failures }) }
+  })
+}

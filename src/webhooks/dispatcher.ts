@@ -17,11 +17,13 @@ const IDLE_MS = 1000
 /** The shortest time between two passes under a stream of changes: each pass then takes what arrived meanwhile, together. */
 const PASS_MS = 20
 /**
- * Requests come first: when the event loop was busy for more than this share of the time since
- * the last pass (the request path saturates the process), the next pass waits BUSY_PASS_MS.
+ * Requests come first: when the event loop was busy for more than BUSY of the time since the last
+ * pass, or BUSY_REQUESTS requests are waiting for their answers (a process whose requests wait on
+ * its disk is saturated too, with a loop that idles), the next pass waits BUSY_PASS_MS.
  * Deliveries then fall behind, and catch up once there is room again (the backlog metric shows it).
  */
 const BUSY = 0.9
+const BUSY_REQUESTS = 8
 const BUSY_PASS_MS = 250
 /** After a store failure, the wait before the next pass. */
 const BACKOFF_MS = 1000
@@ -44,6 +46,8 @@ export interface DispatcherOptions {
   random?: () => number
   /** Told of each outcome, for the metrics. */
   observe?: (outcome: AttemptOutcome) => void
+  /** Requests under way in this process now, which deliveries make way for. */
+  requestsInFlight?: () => number
 }
 
 export class Dispatcher {
@@ -205,12 +209,12 @@ export class Dispatcher {
     if ((moved || ms <= 0) && !this.poked && spent < PASS_MS && !this.stopped) await new Promise(resolve => setTimeout(resolve, PASS_MS - spent))
   }
 
-  /** True when the event loop has been busy for more than BUSY of the time since the last look. */
+  /** True when requests have the process: its loop busy for more than BUSY of the time since the last look, or BUSY_REQUESTS waiting. */
   private busy (): boolean {
     const now = performance.eventLoopUtilization()
     const since = performance.eventLoopUtilization(now, this.loopUse)
     this.loopUse = now
-    return since.utilization > BUSY
+    return since.utilization > BUSY || (this.options.requestsInFlight?.() ?? 0) >= BUSY_REQUESTS
   }
 
   private failed (error: Error): void {
