@@ -14,15 +14,23 @@ const WRITES = { sqlite: 2000, postgres: 1000 }
 const WRITERS = 32
 const PRIVATE = { WEBHOOKS_ALLOW_PRIVATE: 'true' }
 
-/** POSTs plants `first`, `first + 1`, … `count` in all from WRITERS loops over the servers in turn; returns the ids answered 200. */
+/**
+ * POSTs plants `first`, `first + 1`, … `count` in all from WRITERS loops over the servers in turn,
+ * each retried after a 503 as clients are told to (the same plant again is a safe retry); returns
+ * the ids answered 200.
+ */
 async function writeMany (servers: Server[], first: number, count: number): Promise<number[]> {
   const acknowledged: number[] = []
   let next = first
   await Promise.all(Array.from({ length: WRITERS }, async (_, writer) => {
     while (next < first + count) {
       const id = next++
-      const answer = await call(servers[writer % servers.length], 'POST', '/plants', { body: { id, name: `plant ${id}` } })
-      if (answer.status === 200) acknowledged.push(id)
+      for (let attempt = 1; attempt <= 10; attempt++) {
+        const answer = await call(servers[writer % servers.length], 'POST', '/plants', { body: { id, name: `plant ${id}` } })
+        if (answer.status === 200) acknowledged.push(id)
+        if (answer.status !== 503) break
+        await sleep(100)
+      }
     }
   }))
   return acknowledged
