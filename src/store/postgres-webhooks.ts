@@ -5,14 +5,11 @@
 import type pg from 'pg'
 import { rowToPlant } from './postgres-rows.js'
 import { readFrom, type ChangeType, type LogBounds } from './store.js'
-import { FAILING_LIMIT_MS, FAILING_REASON, streaksOf, type AttemptOutcome, type ClaimedDelivery, type Delivery, type DeliveryStatus, type Subscription, type WebhookStore } from './webhooks.js'
+import { DELIVERY_COLUMNS, FAILING_LIMIT_MS, FAILING_REASON, streaksOf, SUBSCRIPTION_COLUMNS, type AttemptOutcome, type ClaimedDelivery, type Delivery, type DeliveryStatus, type Subscription, type WebhookStore } from './webhooks.js'
 
 interface SubscriptionRow { id: bigint, url: string, events: string, tag: string | null, disabled_at: Date | null, disabled_reason: string | null, created_at: Date }
 interface DeliveryRow { id: bigint, webhook_id: bigint, position: bigint, type: ChangeType, plant_id: bigint, name: string, tag: string | null, status: DeliveryStatus, attempts: number, next_at: Date, created_at: Date }
 interface AttemptRow { delivery_id: bigint, at: Date, status_code: number | null, error: string | null, duration_ms: number }
-
-const SUBSCRIPTION_COLUMNS = 'id, url, events, tag, disabled_at, disabled_reason, created_at'
-const DELIVERY_COLUMNS = 'id, webhook_id, position, type, plant_id, name, tag, status, attempts, next_at, created_at'
 
 function rowToSubscription (row: SubscriptionRow): Subscription {
   return {

@@ -3,14 +3,11 @@
 import type Database from 'better-sqlite3'
 import { BOUNDS_SQL, rowToPlant } from './sqlite-rows.js'
 import { readFrom, type ChangeType, type LogBounds } from './store.js'
-import { FAILING_LIMIT_MS, FAILING_REASON, streaksOf, type AttemptOutcome, type ClaimedDelivery, type Delivery, type DeliveryStatus, type NewSubscription, type Outlook, type Subscription, type WebhookStore } from './webhooks.js'
+import { DELIVERY_COLUMNS, FAILING_LIMIT_MS, FAILING_REASON, streaksOf, SUBSCRIPTION_COLUMNS, type AttemptOutcome, type ClaimedDelivery, type Delivery, type DeliveryStatus, type NewSubscription, type Outlook, type Subscription, type WebhookStore } from './webhooks.js'
 
 interface SubscriptionRow { id: bigint, url: string, events: string, tag: string | null, disabled_at: bigint | null, disabled_reason: string | null, created_at: bigint }
 interface DeliveryRow { id: bigint, webhook_id: bigint, position: bigint, type: ChangeType, plant_id: bigint, name: string, tag: string | null, status: DeliveryStatus, attempts: bigint, next_at: bigint }
 interface AttemptRow { delivery_id: bigint, at: bigint, status_code: bigint | null, error: string | null, duration_ms: bigint }
-
-const SUBSCRIPTION_COLUMNS = 'id, url, events, tag, disabled_at, disabled_reason, created_at'
-const DELIVERY_COLUMNS = 'id, webhook_id, position, type, plant_id, name, tag, status, attempts, next_at, created_at'
 
 function rowToSubscription (row: SubscriptionRow): Subscription {
   return {

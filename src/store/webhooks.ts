@@ -130,3 +130,7 @@ export function streaksOf (outcomes: AttemptOutcome[]): Streak[] {
     return { webhookId, succeeded: lastSuccess >= 0, ...(failures === undefined ? {} : { failures }) }
   })
 }
+
+/** The columns both stores select for a subscription and for a delivery, in their rows' order. */
+export const SUBSCRIPTION_COLUMNS = 'id, url, events, tag, disabled_at, disabled_reason, created_at'
+export const DELIVERY_COLUMNS = 'id, webhook_id, position, type, plant_id, name, tag, status, attempts, next_at, created_at'
