@@ -30,9 +30,11 @@ FROM bounds LEFT JOIN LATERAL (
 
 /**
  * Drops the oldest changes made before $1, at most $2: the leading run of the oldest $2 that are
- * older, so that only a prefix of the log is ever dropped, whatever the instances' clocks said.
+ * older, so that only a prefix of the log is ever dropped, whatever the instances' clocks said;
+ * and only those every enabled webhook subscription has made deliveries of (its cursor).
  */
-const PRUNE_SQL = `WITH oldest AS (SELECT position, at FROM changes ORDER BY position LIMIT $2),
+const PRUNE_SQL = `WITH oldest AS (SELECT position, at FROM changes
+    WHERE position <= (SELECT coalesce(min(cursor), 9223372036854775807) FROM webhooks WHERE disabled_at IS NULL) ORDER BY position LIMIT $2),
   kept AS (SELECT min(position) AS position FROM oldest WHERE at >= $1)
 DELETE FROM changes WHERE position IN (SELECT position FROM oldest WHERE position < coalesce((SELECT position FROM kept), 9223372036854775807))`
 

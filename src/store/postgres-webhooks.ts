@@ -5,7 +5,7 @@
 import type pg from 'pg'
 import { rowToPlant } from './postgres-rows.js'
 import { readFrom, type ChangeType, type LogBounds } from './store.js'
-import { DELIVERY_COLUMNS, FAILING_LIMIT_MS, FAILING_REASON, streaksOf, SUBSCRIPTION_COLUMNS, type AttemptOutcome, type ClaimedDelivery, type Delivery, type DeliveryStatus, type Subscription, type WebhookStore } from './webhooks.js'
+import { DELIVERY_COLUMNS, FAILING_LIMIT_MS, FAILING_REASON, placesFor, removeInBatches, replayInBatches, streaksOf, SUBSCRIPTION_COLUMNS, WEBHOOK_BATCH, type AttemptOutcome, type ClaimedDelivery, type Delivery, type DeliveryStatus, type Subscription, type WebhookStore } from './webhooks.js'
 
 interface SubscriptionRow { id: bigint, url: string, events: string, tag: string | null, disabled_at: Date | null, disabled_reason: string | null, created_at: Date }
 interface DeliveryRow { id: bigint, webhook_id: bigint, position: bigint, type: ChangeType, plant_id: bigint, name: string, tag: string | null, status: DeliveryStatus, attempts: number, next_at: Date, created_at: Date }
@@ -56,16 +56,28 @@ const CLAIM_SQL = `WITH picked AS MATERIALIZED (
   UPDATE webhook_deliveries d SET next_at = $3, lease_until = $3 FROM picked WHERE d.id = picked.id
   RETURNING ${DELIVERY_COLUMNS.split(', ').map(column => `d.${column}`).join(', ')}`
 
-/** Every outcome's attempt, and its delivery's new state, in one statement. */
+/**
+ * Every outcome's delivery's new state and, for those settled, its attempt, in one statement. A
+ * delivery is settled only while the lease the attempt was made under holds: an outcome is
+ * recorded once, and never over another sender's lease.
+ */
 const RECORD_SQL = `WITH o AS (
-    SELECT * FROM unnest($1::int8[], $2::timestamptz[], $3::int4[], $4::text[], $5::int4[], $6::text[], $7::timestamptz[])
-      AS o (delivery_id, at, status_code, error, duration_ms, status, next_at)
-  ), attempts AS (
-    INSERT INTO webhook_attempts (delivery_id, at, status_code, error, duration_ms)
-    SELECT o.delivery_id, o.at, o.status_code, o.error, o.duration_ms FROM o JOIN webhook_deliveries d ON d.id = o.delivery_id
+    SELECT * FROM unnest($1::int8[], $2::timestamptz[], $3::int4[], $4::text[], $5::int4[], $6::text[], $7::timestamptz[], $8::timestamptz[])
+      AS o (delivery_id, at, status_code, error, duration_ms, status, next_at, lease_until)
+  ), settled AS (
+    UPDATE webhook_deliveries d SET status = o.status, attempts = d.attempts + 1, next_at = coalesce(o.next_at, d.next_at), lease_until = '-infinity'
+    FROM o WHERE d.id = o.delivery_id AND d.lease_until = o.lease_until RETURNING d.id
   )
-  UPDATE webhook_deliveries d SET status = o.status, attempts = d.attempts + 1, next_at = coalesce(o.next_at, d.next_at), lease_until = '-infinity'
-  FROM o WHERE d.id = o.delivery_id`
+  INSERT INTO webhook_attempts (delivery_id, at, status_code, error, duration_ms)
+  SELECT o.delivery_id, o.at, o.status_code, o.error, o.duration_ms FROM o JOIN settled ON settled.id = o.delivery_id
+  RETURNING delivery_id`
+
+/** Enabled subscriptions with due deliveries not leased: fewest leased now first, then earliest due (placesFor). */
+const WAITING_SQL = `SELECT * FROM (SELECT w.id, w.url,
+    CASE WHEN w.previous_secret IS NOT NULL AND w.previous_until > $1 THEN ARRAY[w.secret, w.previous_secret] ELSE ARRAY[w.secret] END AS secrets,
+    (SELECT count(*)::int FROM webhook_deliveries d WHERE d.webhook_id = w.id AND d.status = 'pending' AND d.lease_until > $1) AS leased,
+    (SELECT min(d.next_at) FROM webhook_deliveries d WHERE d.webhook_id = w.id AND d.status = 'pending' AND d.next_at <= $1 AND d.lease_until <= $1) AS due
+  FROM webhooks w WHERE w.disabled_at IS NULL) s WHERE due IS NOT NULL ORDER BY leased, due, id`
 
 type Query = <R extends pg.QueryResultRow>(text: string, values?: unknown[]) => Promise<pg.QueryResult<R>>
 
@@ -79,21 +91,34 @@ export function postgresWebhooks (read: <T>(work: (query: Query) => Promise<T>) 
     const { rows } = await query<SubscriptionRow>(`SELECT ${SUBSCRIPTION_COLUMNS} FROM webhooks WHERE id = $1`, [id])
     return rows.length === 0 ? undefined : rowToSubscription(rows[0])
   }
+  /** Makes subscription `id`'s changes in (cursor, end] deliveries due at `now` and moves its cursor to `end`; its row is locked already. */
+  const deliverUpTo = async (query: Query, id: bigint | number, cursor: bigint, end: bigint, now: Date): Promise<number> => {
+    const made = (await query(DELIVER_SQL, [id, cursor.toString(), end.toString(), now])).rowCount ?? 0
+    await query('UPDATE webhooks SET cursor = $1 WHERE id = $2', [end.toString(), id])
+    return made
+  }
   /** Stores the outcomes' attempts and their deliveries' new state; per subscription, a success ends a run of failures, and a run of five days, or a 410, disables it. */
   const record = async (query: Query, outcomes: AttemptOutcome[]): Promise<void> => {
     if (outcomes.length === 0) return
-    await query(RECORD_SQL, [
+    // Subscriptions before their deliveries, in id order, as enable and delete take them: no deadlock.
+    await query('SELECT id FROM webhooks WHERE id = ANY($1::int8[]) ORDER BY id FOR UPDATE', [[...new Set(outcomes.map(o => o.webhookId))]])
+    const { rows } = await query<{ delivery_id: bigint }>(RECORD_SQL, [
       outcomes.map(o => o.deliveryId), outcomes.map(o => o.attempt.at), outcomes.map(o => o.attempt.statusCode ?? null), outcomes.map(o => o.attempt.error ?? null),
-      outcomes.map(o => Math.round(o.attempt.durationMs)), outcomes.map(o => o.delivered ? 'delivered' : o.nextAt === undefined ? 'failed' : 'pending'), outcomes.map(o => o.nextAt ?? null)
+      outcomes.map(o => Math.round(o.attempt.durationMs)), outcomes.map(o => o.delivered ? 'delivered' : o.nextAt === undefined ? 'failed' : 'pending'), outcomes.map(o => o.nextAt ?? null),
+      outcomes.map(o => o.leaseUntil)
     ])
-    // A success ends a subscription's failing streak; five days of it, or a 410, disable it.
-    for (const { webhookId, succeeded, failures } of streaksOf(outcomes)) {
+    const settled = new Set(rows.map(row => Number(row.delivery_id)))
+    for (const { webhookId, succeeded, failures } of streaksOf(outcomes.filter(o => settled.has(o.deliveryId)))) {
       if (succeeded) await query('UPDATE webhooks SET failing_since = NULL WHERE id = $1 AND failing_since IS NOT NULL', [webhookId])
       if (failures === undefined) continue
       await query('UPDATE webhooks SET failing_since = coalesce(failing_since, $1) WHERE id = $2', [failures.from, webhookId])
-      await query(`UPDATE webhooks SET disabled_at = $1, disabled_reason = $2 WHERE id = $3 AND disabled_at IS NULL
-        AND ($4 OR failing_since <= $1::timestamptz - make_interval(secs => $5::float8))`,
+      const { rows: disabled } = await query<{ cursor: bigint }>(`UPDATE webhooks SET disabled_at = $1, disabled_reason = $2 WHERE id = $3 AND disabled_at IS NULL
+        AND ($4 OR failing_since <= $1::timestamptz - make_interval(secs => $5::float8)) RETURNING cursor`,
       [failures.last, failures.disable ?? FAILING_REASON, webhookId, failures.disable !== undefined, FAILING_LIMIT_MS / 1000])
+      if (disabled.length === 1) {
+        const { rows: [log] } = await query<{ head: bigint }>('SELECT head FROM change_log')
+        await deliverUpTo(query, webhookId, disabled[0].cursor, log.head, failures.last)
+      }
     }
   }
   return {
@@ -105,7 +130,11 @@ export function postgresWebhooks (read: <T>(work: (query: Query) => Promise<T>) 
     }),
     list: () => read(async (query) => (await query<SubscriptionRow>(`SELECT ${SUBSCRIPTION_COLUMNS} FROM webhooks ORDER BY id`)).rows.map(rowToSubscription)),
     get: (id) => read(query => get(query, id)),
-    remove: (id) => read(async (query) => (await query('DELETE FROM webhooks WHERE id = $1', [id])).rowCount === 1),
+    remove: (id) => removeInBatches(() => transaction(async (query) => {
+      const { rowCount } = await query("UPDATE webhooks SET disabled_at = coalesce(disabled_at, $2), disabled_reason = 'Being deleted.' WHERE id = $1", [id, new Date()])
+      if (rowCount === 0) return false
+      return (await query('DELETE FROM webhook_deliveries WHERE id IN (SELECT id FROM webhook_deliveries WHERE webhook_id = $1 ORDER BY id LIMIT $2)', [id, WEBHOOK_BATCH])).rowCount ?? 0
+    }), () => read(async (query) => (await query('DELETE FROM webhooks WHERE id = $1', [id])).rowCount === 1)),
     rotate: (id, secret, previousUntil) => read(async (query) =>
       (await query('UPDATE webhooks SET previous_secret = secret, previous_until = $1, secret = $2 WHERE id = $3', [previousUntil, secret, id])).rowCount === 1),
     enable: (id, now) => transaction(async (query) => {
@@ -124,37 +153,33 @@ export function postgresWebhooks (read: <T>(work: (query: Query) => Promise<T>) 
       const { rows } = await query<DeliveryRow>(`UPDATE webhook_deliveries SET status = 'pending', next_at = $1 WHERE id = $2 AND webhook_id = $3 RETURNING ${DELIVERY_COLUMNS}`, [now, deliveryId, id])
       return rows.length === 0 ? undefined : (await withAttempts(query, rows))[0]
     }),
-    replay: (id, after, now) => transaction(async (query) => {
-      if ((await query('SELECT 1 FROM webhooks WHERE id = $1', [id])).rowCount === 0) return 'not-found'
-      const { rows: [bounds] } = await query<LogBounds>('SELECT head, coalesce((SELECT min(position) - 1 FROM changes), head) AS floor FROM change_log')
-      if (readFrom(after, bounds) === 'gone') return 'gone'
-      return (await query(DELIVER_SQL, [id, after.toString(), bounds.head.toString(), now])).rowCount ?? 0
-    }),
+    replay: async (id, after, now) => {
+      const end = await read(async (query) => {
+        const { rows } = await query<LogBounds & { cursor: bigint }>(`SELECT w.cursor, l.head, coalesce((SELECT min(position) - 1 FROM changes), l.head) AS floor
+          FROM webhooks w, change_log l WHERE w.id = $1`, [id])
+        if (rows.length === 0) return 'not-found'
+        return readFrom(after, rows[0]) === 'gone' ? 'gone' : rows[0].cursor
+      })
+      return typeof end !== 'bigint' ? end : await replayInBatches(after, end, (from, to) => read(async (query) => (await query(DELIVER_SQL, [id, from.toString(), to.toString(), now])).rowCount ?? 0))
+    },
     enqueue: (now, batch) => transaction(async (query) => {
       // Subscriptions another instance is making deliveries for are passed over: it makes them.
       const { rows } = await query<{ id: bigint, cursor: bigint, head: bigint }>(`SELECT w.id, w.cursor, l.head FROM webhooks w, change_log l
         WHERE w.disabled_at IS NULL AND w.cursor < l.head ORDER BY w.id FOR UPDATE OF w SKIP LOCKED`)
       let made = 0
-      for (const { id, cursor, head } of rows) {
-        const end = cursor + BigInt(batch) < head ? cursor + BigInt(batch) : head
-        made += (await query(DELIVER_SQL, [id, cursor.toString(), end.toString(), now])).rowCount ?? 0
-        await query('UPDATE webhooks SET cursor = $1 WHERE id = $2', [end.toString(), id])
-      }
+      for (const { id, cursor, head } of rows) made += await deliverUpTo(query, id, cursor, cursor + BigInt(batch) < head ? cursor + BigInt(batch) : head, now)
       return made
     }),
     claim: (now, until, limits, settled = []) => transaction(async (query) => {
       await record(query, settled)
       const claimed: ClaimedDelivery[] = []
-      const { rows: subscriptions } = await query<{ id: bigint, url: string, secrets: string[], leased: number }>(`SELECT w.id, w.url,
-          CASE WHEN w.previous_secret IS NOT NULL AND w.previous_until > $1 THEN ARRAY[w.secret, w.previous_secret] ELSE ARRAY[w.secret] END AS secrets,
-          (SELECT count(*)::int FROM webhook_deliveries d WHERE d.webhook_id = w.id AND d.status = 'pending' AND d.lease_until > $1) AS leased
-        FROM webhooks w WHERE w.disabled_at IS NULL ORDER BY w.id`, [now])
-      for (const subscription of subscriptions) {
-        const limit = Math.min(limits.perSubscription - subscription.leased, limits.total - claimed.length)
+      const { rows: waiting } = await query<{ id: bigint, url: string, secrets: string[], leased: number }>(WAITING_SQL, [now])
+      for (const [index, subscription] of waiting.entries()) {
+        const limit = placesFor(subscription.leased, limits.perSubscription, limits.total - claimed.length, waiting.length - index)
         if (limit <= 0) continue
         const { rows } = await query<DeliveryRow>(CLAIM_SQL, [subscription.id, now, until, limit])
         for (const row of rows) {
-          claimed.push({ id: Number(row.id), webhookId: Number(row.webhook_id), position: row.position, type: row.type, plant: rowToPlant({ id: row.plant_id, name: row.name, tag: row.tag }), attempts: row.attempts, url: subscription.url, secrets: subscription.secrets })
+          claimed.push({ id: Number(row.id), webhookId: Number(row.webhook_id), position: row.position, type: row.type, plant: rowToPlant({ id: row.plant_id, name: row.name, tag: row.tag }), attempts: row.attempts, url: subscription.url, secrets: subscription.secrets, leaseUntil: until })
         }
         if (claimed.length >= limits.total) break
       }

@@ -122,7 +122,7 @@ export class PostgresStore implements Store {
 
   readonly webhooks = postgresWebhooks(
     work => this.run('writes', () => work((text, values) => this.query(text, values))),
-    work => this.run('writes', () => this.transaction(client => work((text, values) => client.query(text, values)))))
+    work => this.run('writes', answered => this.transaction(client => work((text, values) => client.query(text, values)), answered)))
 
   private constructor (private readonly url: string, limits: PostgresLimits) {
     this.limits = limits
@@ -170,16 +170,21 @@ export class PostgresStore implements Store {
   /**
    * Runs `work` within the caps and the deadline. Past the deadline the caller is answered 503;
    * the work may still complete (a write then stored: an identical retry answers 'same'), and it
-   * counts against the cap until it does.
+   * counts against the cap until it does. `work` is told whether its caller was answered so: a
+   * transaction (`transaction`) then rolls back rather than commit.
    */
-  private run<T> (kind: 'writes' | 'reads', work: () => Promise<T>): Promise<T> {
+  private run<T> (kind: 'writes' | 'reads', work: (answered: () => boolean) => Promise<T>): Promise<T> {
     if (this.closed) return Promise.reject(new StoreUnavailableError('The store is closed.'))
     const cap = kind === 'writes' ? this.limits.writesInFlight : this.limits.readsPending
     if (this[kind] >= cap) return Promise.reject(new StoreUnavailableError(`${cap} ${kind} are in flight, as many as the store takes on.`, 'capacity'))
     this[kind]++
-    const done = work().finally(() => { this[kind]-- })
+    let answered = false
+    const done = work(() => answered).finally(() => { this[kind]-- })
     return new Promise<T>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new StoreUnavailableError(`The database did not answer within ${this.limits.writeTimeoutMs} ms.`, 'deadline')), this.limits.writeTimeoutMs)
+      const timer = setTimeout(() => {
+        answered = true
+        reject(new StoreUnavailableError(`The database did not answer within ${this.limits.writeTimeoutMs} ms.`, 'deadline'))
+      }, this.limits.writeTimeoutMs)
       done.then(value => { clearTimeout(timer); resolve(value) }, error => { clearTimeout(timer); reject(failureOf(error)) })
     })
   }
@@ -214,11 +219,16 @@ export class PostgresStore implements Store {
     }
   }
 
-  /** Runs `work` in one transaction on one connection (see withClient). */
-  private async transaction<T> (work: (client: pg.PoolClient) => Promise<T>): Promise<T> {
+  /**
+   * Runs `work` in one transaction on one connection (see withClient). When its caller was
+   * `answered` 503 already, it rolls back: what the caller was told failed does not happen then
+   * (unless the deadline passes while COMMIT is under way).
+   */
+  private async transaction<T> (work: (client: pg.PoolClient) => Promise<T>, answered: () => boolean = () => false): Promise<T> {
     return await this.withClient(async (client) => {
       await client.query('BEGIN')
       const result = await work(client)
+      if (answered()) throw new StoreUnavailableError('The caller was answered before the transaction ended: rolled back.', 'deadline')
       await client.query('COMMIT')
       return result
     })
@@ -272,7 +282,7 @@ export class PostgresStore implements Store {
   }
 
   createToken (token: NewToken): Promise<TokenRecord | 'name-taken'> {
-    return this.run('writes', async () => {
+    return this.run('writes', async (answered) => {
       try {
         return await this.transaction(async (client) => {
           const now = new Date()
@@ -282,7 +292,7 @@ export class PostgresStore implements Store {
             'INSERT INTO tokens (name, digest, scopes, created_at, expires_at) VALUES ($1, $2, $3, $4, $5) ON CONFLICT (name) WHERE revoked_at IS NULL DO NOTHING RETURNING *',
             [token.name, token.digest, token.scopes.join(' '), now, token.expiresAt ?? null])
           return rows.length === 0 ? 'name-taken' as const : rowToToken(rows[0])
-        })
+        }, answered)
       } catch (error) {
         if (isUniqueViolation(error)) return 'name-taken'
         throw error
@@ -291,14 +301,14 @@ export class PostgresStore implements Store {
   }
 
   createFirstToken (token: NewToken): Promise<TokenRecord | undefined> {
-    return this.run('writes', async () => await this.transaction(async (client) => {
+    return this.run('writes', async (answered) => await this.transaction(async (client) => {
       // The lock row makes instances that start together take turns: the second sees the first's token.
       await client.query('SELECT name FROM schema_lock WHERE name = $1 FOR UPDATE', [LOCKS.firstToken])
       const { rows } = await client.query<TokenRow>(
         'INSERT INTO tokens (name, digest, scopes, created_at, expires_at) SELECT $1, $2, $3, $4, $5 WHERE NOT EXISTS (SELECT 1 FROM tokens) RETURNING *',
         [token.name, token.digest, token.scopes.join(' '), new Date(), token.expiresAt ?? null])
       return rows.length === 0 ? undefined : rowToToken(rows[0])
-    }))
+    }, answered))
   }
 
   findToken (digest: Buffer): Promise<{ record: TokenRecord, digest: Buffer } | undefined> {

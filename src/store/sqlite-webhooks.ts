@@ -3,7 +3,7 @@
 import type Database from 'better-sqlite3'
 import { BOUNDS_SQL, rowToPlant } from './sqlite-rows.js'
 import { readFrom, type ChangeType, type LogBounds } from './store.js'
-import { DELIVERY_COLUMNS, FAILING_LIMIT_MS, FAILING_REASON, streaksOf, SUBSCRIPTION_COLUMNS, type AttemptOutcome, type ClaimedDelivery, type Delivery, type DeliveryStatus, type NewSubscription, type Outlook, type Subscription, type WebhookStore } from './webhooks.js'
+import { DELIVERY_COLUMNS, FAILING_LIMIT_MS, FAILING_REASON, placesFor, removeInBatches, replayInBatches, streaksOf, SUBSCRIPTION_COLUMNS, WEBHOOK_BATCH, type AttemptOutcome, type ClaimedDelivery, type Delivery, type DeliveryStatus, type NewSubscription, type Outlook, type Subscription, type WebhookStore } from './webhooks.js'
 
 interface SubscriptionRow { id: bigint, url: string, events: string, tag: string | null, disabled_at: bigint | null, disabled_reason: string | null, created_at: bigint }
 interface DeliveryRow { id: bigint, webhook_id: bigint, position: bigint, type: ChangeType, plant_id: bigint, name: string, tag: string | null, status: DeliveryStatus, attempts: bigint, next_at: bigint }
@@ -51,78 +51,98 @@ export function webhookWrites (db: Database.Database) {
     head: db.prepare('SELECT head FROM change_log').pluck(),
     bounds: db.prepare(BOUNDS_SQL),
     insert: db.prepare(`INSERT INTO webhooks (url, events, tag, secret, cursor, created_at) VALUES (?, ?, ?, ?, (SELECT head FROM change_log), ?) RETURNING ${SUBSCRIPTION_COLUMNS}`),
+    retire: db.prepare("UPDATE webhooks SET disabled_at = coalesce(disabled_at, ?), disabled_reason = 'Being deleted.' WHERE id = ?"),
+    removeDeliveries: db.prepare('DELETE FROM webhook_deliveries WHERE id IN (SELECT id FROM webhook_deliveries WHERE webhook_id = ? ORDER BY id LIMIT ?)'),
     remove: db.prepare('DELETE FROM webhooks WHERE id = ?'),
     rotate: db.prepare('UPDATE webhooks SET previous_secret = secret, previous_until = ?, secret = ? WHERE id = ?'),
     enable: db.prepare('UPDATE webhooks SET disabled_at = NULL, disabled_reason = NULL, failing_since = NULL, cursor = max(cursor, (SELECT head FROM change_log)) WHERE id = ? AND disabled_at IS NOT NULL'),
     dueNow: db.prepare("UPDATE webhook_deliveries SET next_at = min(next_at, ?) WHERE webhook_id = ? AND status = 'pending'"),
     retry: db.prepare("UPDATE webhook_deliveries SET status = 'pending', next_at = ? WHERE id = ? AND webhook_id = ?"),
-    exists: db.prepare('SELECT 1 FROM webhooks WHERE id = ?'),
+    cursor: db.prepare('SELECT cursor FROM webhooks WHERE id = ?').pluck(),
     enabled: db.prepare('SELECT id, cursor FROM webhooks WHERE disabled_at IS NULL AND cursor < ? ORDER BY id'),
     deliver: db.prepare(INSERT_DELIVERIES),
     advance: db.prepare('UPDATE webhooks SET cursor = ? WHERE id = ?'),
-    subscriptions: db.prepare('SELECT id, url, secret, previous_secret, previous_until FROM webhooks WHERE disabled_at IS NULL ORDER BY id'),
-    leased: db.prepare("SELECT count(*) FROM webhook_deliveries WHERE webhook_id = ? AND status = 'pending' AND lease_until > ?").pluck(),
+    // Those with due deliveries not leased, fewest leased now first, then earliest due (placesFor).
+    waiting: db.prepare(`SELECT * FROM (SELECT id, url, secret, previous_secret, previous_until,
+        (SELECT count(*) FROM webhook_deliveries d WHERE d.webhook_id = w.id AND d.status = 'pending' AND d.lease_until > $now) AS leased,
+        (SELECT min(d.next_at) FROM webhook_deliveries d WHERE d.webhook_id = w.id AND d.status = 'pending' AND d.next_at <= $now AND d.lease_until <= $now) AS due
+      FROM webhooks w WHERE disabled_at IS NULL) WHERE due IS NOT NULL ORDER BY leased, due, id`),
     claim: db.prepare(`UPDATE webhook_deliveries SET next_at = $until, lease_until = $until WHERE id IN (
       SELECT id FROM webhook_deliveries WHERE webhook_id = $id AND status = 'pending' AND next_at <= $now AND lease_until <= $now ORDER BY next_at, id LIMIT $limit
     ) RETURNING ${DELIVERY_COLUMNS}`),
-    attempt: db.prepare('INSERT INTO webhook_attempts (delivery_id, at, status_code, error, duration_ms) SELECT ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM webhook_deliveries WHERE id = ?)'),
-    settle: db.prepare('UPDATE webhook_deliveries SET status = ?, attempts = attempts + 1, next_at = coalesce(?, next_at), lease_until = 0 WHERE id = ?'),
+    // Only while the lease the attempt was made under holds: an outcome is recorded once.
+    settle: db.prepare('UPDATE webhook_deliveries SET status = ?, attempts = attempts + 1, next_at = coalesce(?, next_at), lease_until = 0 WHERE id = ? AND lease_until = ?'),
+    attempt: db.prepare('INSERT INTO webhook_attempts (delivery_id, at, status_code, error, duration_ms) VALUES (?, ?, ?, ?, ?)'),
     succeeded: db.prepare('UPDATE webhooks SET failing_since = NULL WHERE id = ? AND failing_since IS NOT NULL'),
     failed: db.prepare('UPDATE webhooks SET failing_since = coalesce(failing_since, ?) WHERE id = ?'),
     disable: db.prepare('UPDATE webhooks SET disabled_at = $at, disabled_reason = $reason WHERE id = $id AND disabled_at IS NULL AND ($forced OR failing_since <= $at - $limit)'),
     prune: db.prepare(`DELETE FROM webhook_deliveries WHERE id IN (
       SELECT id FROM webhook_deliveries WHERE status <> 'pending' AND created_at < ? ORDER BY id LIMIT ?)`)
   }
+  /** Makes subscription `id`'s changes in (cursor, end] deliveries due at `now`, and moves its cursor to `end`. */
+  const deliverUpTo = (id: bigint | number, cursor: bigint, end: bigint, now: number): number => {
+    const made = sql.deliver.run({ id, after: cursor, end, now }).changes
+    sql.advance.run(end, id)
+    return made
+  }
   const record = (outcomes: AttemptOutcome[]): void => {
-    for (const { deliveryId, attempt, delivered, nextAt } of outcomes) {
-      sql.attempt.run(deliveryId, attempt.at.getTime(), attempt.statusCode ?? null, attempt.error ?? null, Math.round(attempt.durationMs), deliveryId)
-      sql.settle.run(delivered ? 'delivered' : nextAt === undefined ? 'failed' : 'pending', nextAt?.getTime() ?? null, deliveryId)
-    }
+    const recorded = outcomes.filter(({ deliveryId, leaseUntil, attempt, delivered, nextAt }) => {
+      const status = delivered ? 'delivered' : nextAt === undefined ? 'failed' : 'pending'
+      if (sql.settle.run(status, nextAt?.getTime() ?? null, deliveryId, leaseUntil.getTime()).changes === 0) return false
+      sql.attempt.run(deliveryId, attempt.at.getTime(), attempt.statusCode ?? null, attempt.error ?? null, Math.round(attempt.durationMs))
+      return true
+    })
     // A success ends a subscription's failing streak; five days of it, or a 410, disable it.
-    for (const { webhookId, succeeded, failures } of streaksOf(outcomes)) {
+    for (const { webhookId, succeeded, failures } of streaksOf(recorded)) {
       if (succeeded) sql.succeeded.run(webhookId)
       if (failures === undefined) continue
       sql.failed.run(failures.from.getTime(), webhookId)
-      sql.disable.run({ id: webhookId, at: failures.last.getTime(), reason: failures.disable ?? FAILING_REASON, forced: failures.disable === undefined ? 0 : 1, limit: FAILING_LIMIT_MS })
+      const at = failures.last.getTime()
+      if (sql.disable.run({ id: webhookId, at, reason: failures.disable ?? FAILING_REASON, forced: failures.disable === undefined ? 0 : 1, limit: FAILING_LIMIT_MS }).changes === 1) {
+        deliverUpTo(webhookId, sql.cursor.get(webhookId) as bigint, sql.head.get() as bigint, at)
+      }
     }
   }
   return {
     webhookCreate: (subscription: NewSubscription, now: number): Subscription =>
       rowToSubscription(sql.insert.get(subscription.url, subscription.events.join(' '), subscription.tag ?? null, subscription.secret, now) as SubscriptionRow),
+    /** Disables the subscription and deletes up to `batch` of its deliveries; false when there is none. */
+    webhookRetire: (id: number, now: number, batch: number): number | false =>
+      sql.retire.run(now, id).changes === 1 && sql.removeDeliveries.run(id, batch).changes,
     webhookRemove: (id: number): boolean => sql.remove.run(id).changes === 1,
     webhookRotate: (id: number, secret: string, previousUntil: number): boolean => sql.rotate.run(previousUntil, secret, id).changes === 1,
     // Only a disabled subscription moves: an enabled one keeps its cursor and its schedule.
     webhookEnable: (id: number, now: number): boolean => {
       if (sql.enable.run(id).changes === 1) sql.dueNow.run(now, id)
-      return sql.exists.get(id) !== undefined
+      return sql.cursor.get(id) !== undefined
     },
     webhookRetry: (id: number, deliveryId: number, now: number): boolean => sql.retry.run(now, deliveryId, id).changes === 1,
-    webhookReplay: (id: number, after: bigint, now: number): number | 'gone' | 'not-found' => {
-      if (sql.exists.get(id) === undefined) return 'not-found'
-      const bounds = sql.bounds.get() as LogBounds
-      if (readFrom(after, bounds) === 'gone') return 'gone'
-      return sql.deliver.run({ id, after, end: bounds.head, now }).changes
+    /** Where a replay after `after` ends (the subscription's cursor), 'gone' or 'not-found'. */
+    webhookReplayEnd: (id: number, after: bigint): bigint | 'gone' | 'not-found' => {
+      const cursor = sql.cursor.get(id) as bigint | undefined
+      if (cursor === undefined) return 'not-found'
+      return readFrom(after, sql.bounds.get() as LogBounds) === 'gone' ? 'gone' : cursor
     },
+    webhookReplay: (id: number, after: bigint, end: bigint, now: number): number => sql.deliver.run({ id, after, end, now }).changes,
     webhookEnqueue: (now: number, batch: number): number => {
       const head = sql.head.get() as bigint
       let made = 0
       for (const { id, cursor } of sql.enabled.all(head) as Array<{ id: bigint, cursor: bigint }>) {
-        const end = cursor + BigInt(batch) < head ? cursor + BigInt(batch) : head
-        made += sql.deliver.run({ id, after: cursor, end, now }).changes
-        sql.advance.run(end, id)
+        made += deliverUpTo(id, cursor, cursor + BigInt(batch) < head ? cursor + BigInt(batch) : head, now)
       }
       return made
     },
     webhookClaim: (now: number, until: number, limits: { total: number, perSubscription: number }, settled: AttemptOutcome[]): ClaimedDelivery[] => {
       record(settled)
       const claimed: ClaimedDelivery[] = []
-      type Row = { id: bigint, url: string, secret: string, previous_secret: string | null, previous_until: bigint | null }
-      for (const subscription of sql.subscriptions.all() as Row[]) {
-        const limit = Math.min(limits.perSubscription - Number(sql.leased.get(subscription.id, now)), limits.total - claimed.length)
+      type Row = { id: bigint, url: string, secret: string, previous_secret: string | null, previous_until: bigint | null, leased: bigint }
+      const waiting = sql.waiting.all({ now }) as Row[]
+      for (const [index, subscription] of waiting.entries()) {
+        const limit = placesFor(Number(subscription.leased), limits.perSubscription, limits.total - claimed.length, waiting.length - index)
         if (limit <= 0) continue
         const secrets = subscription.previous_secret !== null && Number(subscription.previous_until) > now ? [subscription.secret, subscription.previous_secret] : [subscription.secret]
         for (const row of sql.claim.all({ id: subscription.id, now, until, limit }) as DeliveryRow[]) {
-          claimed.push({ id: Number(row.id), webhookId: Number(row.webhook_id), position: row.position, type: row.type, plant: rowToPlant([row.plant_id, row.name, row.tag]), attempts: Number(row.attempts), url: subscription.url, secrets })
+          claimed.push({ id: Number(row.id), webhookId: Number(row.webhook_id), position: row.position, type: row.type, plant: rowToPlant([row.plant_id, row.name, row.tag]), attempts: Number(row.attempts), url: subscription.url, secrets, leaseUntil: new Date(until) })
         }
         if (claimed.length >= limits.total) break
       }
@@ -180,12 +200,15 @@ export function sqliteWebhooks (write: <T>(op: keyof ReturnType<typeof webhookWr
     create: (subscription, now) => write('webhookCreate', subscription, now.getTime()),
     list: () => read(reads => reads.list()),
     get: (id) => read(reads => reads.get(id)),
-    remove: (id) => write('webhookRemove', id),
+    remove: (id) => removeInBatches(() => write('webhookRetire', id, Date.now(), WEBHOOK_BATCH), () => write('webhookRemove', id)),
     rotate: (id, secret, previousUntil) => write('webhookRotate', id, secret, previousUntil.getTime()),
     enable: async (id, now) => await write<boolean>('webhookEnable', id, now.getTime()) ? await read(reads => reads.get(id)) : undefined,
     deliveries: (id, query) => read(reads => reads.deliveries(id, query)),
     retry: async (id, deliveryId, now) => await write<boolean>('webhookRetry', id, deliveryId, now.getTime()) ? await read(reads => reads.delivery(id, deliveryId)) : undefined,
-    replay: (id, after, now) => write('webhookReplay', id, after, now.getTime()),
+    replay: async (id, after, now) => {
+      const end = await write<bigint | 'gone' | 'not-found'>('webhookReplayEnd', id, after)
+      return typeof end !== 'bigint' ? end : await replayInBatches(after, end, (from, to) => write('webhookReplay', id, from, to, now.getTime()))
+    },
     enqueue: (now, batch) => write('webhookEnqueue', now.getTime(), batch),
     claim: (now, until, limits, settled = []) => write('webhookClaim', now.getTime(), until.getTime(), limits, settled),
     record: (outcomes) => write('webhookRecord', outcomes),

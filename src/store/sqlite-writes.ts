@@ -98,8 +98,10 @@ function prepare (db: Database.Database) {
   return {
     plants: plantWrites(db),
     webhooks: webhookWrites(db),
-    // The leading run of the oldest `batch` changes made before `before`: only a prefix of the log is ever dropped.
-    prune: db.prepare(`WITH oldest AS (SELECT position, at FROM changes ORDER BY position LIMIT ?)
+    // The leading run of the oldest `batch` changes made before `before`, and already made deliveries
+    // for every enabled webhook subscription: only a prefix of the log is ever dropped.
+    prune: db.prepare(`WITH oldest AS (SELECT position, at FROM changes
+        WHERE position <= (SELECT coalesce(min(cursor), 9223372036854775807) FROM webhooks WHERE disabled_at IS NULL) ORDER BY position LIMIT ?)
       DELETE FROM changes WHERE position IN (SELECT position FROM oldest WHERE position < coalesce((SELECT min(position) FROM oldest WHERE at >= ?), 9223372036854775807))`),
     insertToken: db.prepare('INSERT INTO tokens (name, digest, scopes, created_at, expires_at) VALUES (?, ?, ?, ?, ?) RETURNING *').safeIntegers(false),
     insertFirstToken: db.prepare('INSERT INTO tokens (name, digest, scopes, created_at, expires_at) SELECT ?, ?, ?, ?, ? WHERE NOT EXISTS (SELECT 1 FROM tokens) RETURNING *').safeIntegers(false),

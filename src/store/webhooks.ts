@@ -44,12 +44,16 @@ export interface ClaimedDelivery {
   attempts: number
   url: string
   secrets: string[]
+  /** The lease this delivery is held under: its outcome is recorded only while it still holds. */
+  leaseUntil: Date
 }
 
 /** How an attempt ended, as the dispatcher judged it: delivered, due again at `nextAt`, or failed for good; and whether the subscription is now disabled. */
 export interface AttemptOutcome {
   deliveryId: number
   webhookId: number
+  /** The lease the attempt was made under (ClaimedDelivery.leaseUntil). */
+  leaseUntil: Date
   attempt: Attempt
   delivered: boolean
   /** When to try again; absent when the delivery is delivered or has failed for good. */
@@ -64,18 +68,26 @@ export interface WebhookStore {
   create (subscription: NewSubscription, now: Date): Promise<Subscription>
   list (): Promise<Subscription[]>
   get (id: number): Promise<Subscription | undefined>
-  /** Deletes the subscription and its deliveries; false when there was none. */
+  /** Deletes the subscription and its deliveries (a batch at a time, the subscription disabled first); false when there was none. */
   remove (id: number): Promise<boolean>
   /** Makes `secret` the signing secret; the one it replaces signs too until `previousUntil`. False when there is no such subscription. */
   rotate (id: number, secret: string, previousUntil: Date): Promise<boolean>
-  /** Enables a disabled subscription: its deliveries start from the head of the log; pending ones are due at once. An enabled one is left as it is. */
+  /**
+   * Enables a disabled subscription: its deliveries start from the head of the log (the changes
+   * up to its disabling were made deliveries when it was disabled); pending ones are due at once.
+   * An enabled one is left as it is.
+   */
   enable (id: number, now: Date): Promise<Subscription | undefined>
 
   /** The subscription's deliveries, oldest first, with ids above `after` and of `status` if given. */
   deliveries (id: number, query: { status?: DeliveryStatus, after?: number, limit: number }): Promise<Delivery[]>
   /** Makes the delivery pending and due now; undefined when the subscription has no such delivery. */
   retry (id: number, deliveryId: number, now: Date): Promise<Delivery | undefined>
-  /** Queues again, as new deliveries, every change after `after` that the subscription matches; 'gone' when the log no longer holds them. */
+  /**
+   * Queues again, as new deliveries, every change after `after` up to the subscription's cursor
+   * that it matches (the changes past the cursor are made deliveries anyway), a batch at a time;
+   * 'gone' when the log no longer holds them.
+   */
   replay (id: number, after: bigint, now: Date): Promise<number | 'gone' | 'not-found'>
 
   /**
@@ -84,14 +96,21 @@ export interface WebhookStore {
    */
   enqueue (now: Date, batch: number): Promise<number>
   /**
-   * Leases up to `total` due deliveries of enabled subscriptions until `until`, oldest due first,
-   * no more than `perSubscription` leased at once for one subscription (by anyone). A leased
+   * Leases up to `total` due deliveries of enabled subscriptions until `until`, no more than
+   * `perSubscription` leased at once for one subscription (by anyone). The places are shared
+   * (placesFor): subscriptions with fewest deliveries leased now first, then earliest due; each
+   * is offered an equal part of what is left; within one, oldest due first. A leased
    * delivery is due again at `until`: if its attempt is never recorded (its sender died), it is
    * made again then. `settled` are recorded first, in the same transaction (as `record`): their
    * leases end, which frees their places for this claim.
    */
   claim (now: Date, until: Date, limits: { total: number, perSubscription: number }, settled?: AttemptOutcome[]): Promise<ClaimedDelivery[]>
-  /** Stores the attempts' outcomes and ends their leases, in one transaction. Five days of failures disable a subscription. */
+  /**
+   * Stores the attempts' outcomes and ends their leases, in one transaction. An outcome whose
+   * lease no longer holds (recorded already, or ended and taken by another sender) is passed
+   * over. Five days of failures, or a 410, disable a subscription; the changes logged up to then
+   * are made its deliveries at once.
+   */
   record (outcomes: AttemptOutcome[]): Promise<void>
   /**
    * Where the work stands, in one read: the log's head, the enabled subscriptions, whether any
@@ -110,6 +129,42 @@ export const FAILING_REASON = 'Every delivery failed for five days.'
 
 /** How long the delivery log keeps a delivered or failed delivery (SPEC section 5). */
 export const DELIVERY_LOG_MS = 30 * 86_400_000
+
+/**
+ * How many deliveries a claim offers a subscription that has `leased` already, when `left` places
+ * remain for `waiting` subscriptions with due deliveries (this one among them): an equal part,
+ * within its own cap. Subscriptions come fewest leased first, so a few slow receivers cannot hold
+ * every place while others wait.
+ */
+export function placesFor (leased: number, perSubscription: number, left: number, waiting: number): number {
+  return Math.min(perSubscription - leased, Math.ceil(left / waiting))
+}
+
+/** Changes made deliveries, or deliveries deleted, per statement, where a request asks for many (replay, delete). */
+export const WEBHOOK_BATCH = 1000
+
+/** A replay of (after, end] a batch of positions at a time, each its own transaction (`deliver`); answers how many it queued. */
+export async function replayInBatches (after: bigint, end: bigint, deliver: (from: bigint, to: bigint) => Promise<number>): Promise<number> {
+  let queued = 0
+  for (let from = after; from < end; from += BigInt(WEBHOOK_BATCH)) {
+    queued += await deliver(from, from + BigInt(WEBHOOK_BATCH) < end ? from + BigInt(WEBHOOK_BATCH) : end)
+  }
+  return queued
+}
+
+/**
+ * A delete a batch at a time: `retire` disables the subscription (no delivery is made or sent for
+ * it any more) and deletes up to WEBHOOK_BATCH of its deliveries, false when there is no such
+ * subscription; `remove` deletes it once few are left.
+ */
+export async function removeInBatches (retire: () => Promise<number | false>, remove: () => Promise<boolean>): Promise<boolean> {
+  for (let removed = WEBHOOK_BATCH; removed === WEBHOOK_BATCH;) {
+    const step = await retire()
+    if (step === false) return false
+    removed = step
+  }
+  return await remove()
+}
 
 /** What a batch of outcomes says of one subscription's failing streak, in the order they came. */
 export interface Streak {

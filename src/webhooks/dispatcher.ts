@@ -161,7 +161,7 @@ export class Dispatcher {
   private judge (delivery: ClaimedDelivery, at: Date, result: AttemptResult): AttemptOutcome {
     const { statusCode, error, durationMs } = result
     const attempt = { at, durationMs, ...(statusCode === undefined ? {} : { statusCode }), ...(error === undefined ? {} : { error }) }
-    const base = { deliveryId: delivery.id, webhookId: delivery.webhookId, attempt }
+    const base = { deliveryId: delivery.id, webhookId: delivery.webhookId, leaseUntil: delivery.leaseUntil, attempt }
     if (statusCode !== undefined && statusCode >= 200 && statusCode < 300) return { ...base, delivered: true }
     const after = this.now()
     const nextAt = statusCode === 410 ? undefined : nextAttemptAt(delivery.attempts + 1, after, retryAfterMs(result.retryAfter, after), this.options.random)

@@ -3,9 +3,13 @@
 // PostgreSQL when TEST_DATABASE_URL names a server. Times are injected: nothing here waits.
 import assert from 'node:assert/strict'
 import { test, type TestContext } from 'node:test'
+import { setTimeout } from 'node:timers/promises'
+import pg from 'pg'
+import { StoreUnavailableError } from '../../src/errors.js'
+import { PostgresStore } from '../../src/store/postgres.js'
 import type { Store } from '../../src/store/store.js'
 import type { AttemptOutcome, ClaimedDelivery } from '../../src/store/webhooks.js'
-import { testStores } from '../helpers.js'
+import { freshDatabase, testStores } from '../helpers.js'
 import { openTestStore } from '../stored.js'
 
 const T0 = new Date('2026-11-25T00:00:00.000Z')
@@ -17,7 +21,7 @@ const LIMITS = { total: 100, perSubscription: 100 }
 const positions = (claimed: ClaimedDelivery[]): bigint[] => claimed.map(delivery => delivery.position).sort((a, b) => Number(a - b))
 
 function outcome (delivery: ClaimedDelivery, when: Date, result: Partial<AttemptOutcome>): AttemptOutcome {
-  return { deliveryId: delivery.id, webhookId: delivery.webhookId, attempt: { at: when, durationMs: 3 }, delivered: false, ...result }
+  return { deliveryId: delivery.id, webhookId: delivery.webhookId, leaseUntil: delivery.leaseUntil, attempt: { at: when, durationMs: 3 }, delivered: false, ...result }
 }
 
 for (const kind of testStores()) {
@@ -176,5 +180,122 @@ for (const kind of testStores()) {
     await store.webhooks.enqueue(at(1), 500)
     assert.deepEqual(positions(await store.webhooks.claim(at(5000), at(30_000), LIMITS)), [1n, 2n], 'the change behind the cursor was not skipped')
     assert.equal(await store.webhooks.enable(hook.id + 1, at(1)), undefined)
+  })
+}
+
+for (const kind of testStores()) {
+  test(`${kind}: the log keeps what an enabled subscription has not made deliveries of; a disable makes them at once`, async (t) => {
+    const store = await openTestStore(t, kind)
+    const hook = await store.webhooks.create({ url: 'https://example.com/', events: ['plant.created'], secret: SECRET }, T0)
+    for (let id = 1n; id <= 3n; id++) await store.create({ id, name: `p${id}` })
+    const future = new Date(Date.now() + 86_400_000)
+    assert.equal(await store.pruneChanges(future, 1000), 0, 'the cursor is behind every change: retention waits')
+    await store.webhooks.enqueue(T0, 2)
+    assert.equal(await store.pruneChanges(future, 1000), 2, 'up to the cursor')
+
+    // A 410 disables it while change 3 is not yet a delivery: it is made one then, due once enabled.
+    const claimed = await store.webhooks.claim(T0, at(20_000), LIMITS)
+    await store.webhooks.record(claimed.map(d => outcome(d, at(1), { disable: 'The receiver answered 410 Gone.' })))
+    assert.equal((await store.webhooks.get(hook.id))!.disabled?.reason, 'The receiver answered 410 Gone.')
+    await store.create({ id: 4n, name: 'p4' })
+    assert.equal(await store.pruneChanges(future, 1000), 2, 'a disabled subscription does not hold the log')
+    await store.webhooks.enable(hook.id, at(2))
+    await store.webhooks.enqueue(at(2), 500)
+    assert.deepEqual(positions(await store.webhooks.claim(at(2), at(20_000), LIMITS)), [3n], 'the change before the disable; none while it was disabled')
+  })
+
+  test(`${kind}: an outcome is recorded once, and only under the lease its attempt was made under`, async (t) => {
+    const store = await openTestStore(t, kind)
+    const hook = await store.webhooks.create({ url: 'https://example.com/', events: ['plant.created'], secret: SECRET }, T0)
+    await store.create({ id: 1n, name: 'p1' })
+    await store.webhooks.enqueue(T0, 500)
+    const [first] = await store.webhooks.claim(T0, at(20_000), LIMITS)
+    // Its sender went silent: the lease ends and another takes the delivery; the first's outcome comes late.
+    const [second] = await store.webhooks.claim(at(20_001), at(40_000), LIMITS)
+    assert.equal(second.id, first.id)
+    await store.webhooks.record([outcome(first, at(20_002), { disable: 'The receiver answered 410 Gone.' })])
+    const [log] = await store.webhooks.deliveries(hook.id, { limit: 10 })
+    assert.deepEqual([log.attempts, log.status, (await store.webhooks.get(hook.id))!.disabled], [[], 'pending', undefined], 'the late outcome changes nothing')
+    assert.deepEqual(await store.webhooks.claim(at(20_003), at(40_000), LIMITS), [], 'the second lease holds')
+    const delivered = outcome(second, at(20_004), { delivered: true })
+    await store.webhooks.record([delivered])
+    await store.webhooks.record([delivered]) // recorded again: a retried record whose first try committed
+    const [after] = await store.webhooks.deliveries(hook.id, { limit: 10 })
+    assert.deepEqual([after.status, after.attempts.length], ['delivered', 1])
+  })
+
+  test(`${kind}: claims share the places: fewest leased first, an equal part each`, async (t) => {
+    const store = await openTestStore(t, kind)
+    const subscribe = async (): Promise<number> => (await store.webhooks.create({ url: 'https://example.com/', events: ['plant.created'], secret: SECRET }, T0)).id
+    const a = await subscribe()
+    const b = await subscribe()
+    for (let id = 1n; id <= 6n; id++) await store.create({ id, name: `p${id}` })
+    await store.webhooks.enqueue(T0, 500)
+    const count = (claimed: ClaimedDelivery[], id: number): number => claimed.filter(d => d.webhookId === id).length
+    const first = await store.webhooks.claim(T0, at(20_000), { total: 3, perSubscription: 10 })
+    assert.deepEqual([count(first, a), count(first, b)], [2, 1], 'half each, the odd place to the first')
+    const second = await store.webhooks.claim(at(1), at(20_000), { total: 2, perSubscription: 10 })
+    assert.deepEqual([count(second, a), count(second, b)], [1, 1], 'the one with fewer leased first')
+    // Both hold their cap with receivers that hang; a new subscription's first change waits for no backlog of theirs.
+    const c = await subscribe()
+    await store.create({ id: 7n, name: 'p7' })
+    await store.webhooks.enqueue(at(2), 500)
+    const third = await store.webhooks.claim(at(3), at(20_000), { total: 1, perSubscription: 3 })
+    assert.deepEqual([count(third, a), count(third, b), count(third, c)], [0, 0, 1])
+  })
+
+  test(`${kind}: a replay ends at the cursor (what follows is made deliveries anyway); long replays and deletes go a batch at a time`, async (t) => {
+    const store = await openTestStore(t, kind)
+    const hook = await store.webhooks.create({ url: 'https://example.com/', events: ['plant.created'], secret: SECRET }, T0)
+    for (let from = 1; from <= 2500; from += 500) {
+      await Promise.all(Array.from({ length: 500 }, (_, i) => store.create({ id: BigInt(from + i), name: 'p' })))
+    }
+    await store.webhooks.enqueue(T0, 1200)
+    assert.equal(await store.webhooks.replay(hook.id, 100n, T0), 1100, 'positions 101 to 1200, in two batches')
+    assert.equal(await store.webhooks.enqueue(T0, 5000), 1300)
+    const all: bigint[] = []
+    for (let page = await store.webhooks.deliveries(hook.id, { limit: 1000 }); page.length > 0; page = await store.webhooks.deliveries(hook.id, { after: page.at(-1)!.id, limit: 1000 })) {
+      all.push(...page.map(d => d.position))
+    }
+    const twice = all.filter((position, i) => all.indexOf(position) !== i)
+    assert.equal(all.length, 3600)
+    assert.deepEqual([twice.length, twice[0], twice.at(-1)], [1100, 101n, 1200n], 'only the replayed range twice')
+    assert.equal(await store.webhooks.remove(hook.id), true)
+    assert.deepEqual(await store.webhooks.deliveries(hook.id, { limit: 10 }), [])
+    assert.equal(await store.webhooks.remove(hook.id), false)
+  })
+}
+
+if (testStores().includes('postgres')) {
+  test('postgres: a claim or record whose caller was answered 503 at the deadline rolls back', async (t) => {
+    const database = await freshDatabase(t, 'postgres')
+    const store = await PostgresStore.open(database.databaseUrl, { writeTimeoutMs: 1000 })
+    t.after(() => store.close())
+    const hook = await store.webhooks.create({ url: 'https://example.com/', events: ['plant.created'], secret: SECRET }, T0)
+    await store.create({ id: 1n, name: 'p1' })
+    await store.webhooks.enqueue(T0, 500)
+    const [claimed] = await store.webhooks.claim(T0, at(20_000), LIMITS)
+    // Each of record's first two statements waits 700 ms for a lock another session holds: each
+    // within the statement timeout, both past the deadline.
+    const holders = await Promise.all([0, 1].map(async () => {
+      const client = new pg.Client({ connectionString: database.databaseUrl })
+      await client.connect()
+      t.after(() => client.end())
+      await client.query('BEGIN')
+      return client
+    }))
+    await holders[0].query('SELECT 1 FROM webhooks WHERE id = $1 FOR UPDATE', [hook.id])
+    await holders[1].query('SELECT 1 FROM webhook_deliveries WHERE id = $1 FOR UPDATE', [claimed.id])
+    const release = async (client: pg.Client, ms: number): Promise<void> => { await setTimeout(ms); await client.query('COMMIT') }
+    const recording = store.webhooks.record([outcome(claimed, at(1), { delivered: true })])
+    await release(holders[0], 700)
+    await assert.rejects(recording, (error: Error) => error instanceof StoreUnavailableError)
+    await release(holders[1], 400)
+    await setTimeout(300) // the transaction goes on to its end
+    const [log] = await store.webhooks.deliveries(hook.id, { limit: 10 })
+    assert.deepEqual([log.status, log.attempts], ['pending', []], 'rolled back: the outcome is the dispatcher\'s to record again')
+    await store.webhooks.record([outcome(claimed, at(2), { delivered: true })])
+    const [after] = await store.webhooks.deliveries(hook.id, { limit: 10 })
+    assert.deepEqual([after.status, after.attempts.length], ['delivered', 1])
   })
 }

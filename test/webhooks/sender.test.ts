@@ -16,7 +16,7 @@ function resolvingTo (address: string): any {
   }
 }
 
-const delivery = (url: string): ClaimedDelivery => ({ id: 1, webhookId: 1, position: 7n, type: 'plant.created', plant: { id: 2n ** 63n - 1n, name: 'Fern' }, attempts: 0, url, secrets: ['whsec_' + Buffer.alloc(32).toString('base64')] })
+const delivery = (url: string): ClaimedDelivery => ({ id: 1, webhookId: 1, position: 7n, type: 'plant.created', plant: { id: 2n ** 63n - 1n, name: 'Fern' }, attempts: 0, url, secrets: ['whsec_' + Buffer.alloc(32).toString('base64')], leaseUntil: new Date() })
 
 test('a name that resolves to loopback when the attempt is made is refused before connecting; with WEBHOOKS_ALLOW_PRIVATE it is reached', async (t) => {
   const receiver = await startReceiver(t)
