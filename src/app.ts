@@ -21,6 +21,7 @@ import { system } from './routes/system.js'
 import { webhooks } from './routes/webhooks.js'
 import type { Store } from './store/store.js'
 import { Dispatcher } from './webhooks/dispatcher.js'
+import { requestsHaveProcess } from './webhooks/load.js'
 import { Sender } from './webhooks/sender.js'
 
 /** How long an idle keep-alive connection stays open: above the 60 s idle timeout of common load balancers. */
@@ -174,10 +175,12 @@ function startWebhooks (app: FastifyInstance, { store, feed, log, metrics, confi
     maxInFlight,
     perSubscription: Math.max(1, Math.floor(maxInFlight / 4)),
     observe: ({ delivered, nextAt, attempt }) => outcomes[delivered ? 'delivered' : nextAt === undefined ? 'failed' : 'retrying'].observe(attempt.durationMs / 1000),
-    requestsInFlight: () => metrics.state.requestsInFlight
+    busy: requestsHaveProcess(() => metrics.state.requestsInFlight - feed.open.streams - feed.open.polls)
   })
   metrics.state.webhooks.attempts = () => dispatcher.attempts
-  metrics.state.webhooks.backlog = () => store.webhooks.backlog(new Date())
+  // One read of the store serves both gauges of a scrape, which ask for it together.
+  let backlog: ReturnType<typeof store.webhooks.backlog> | undefined
+  metrics.state.webhooks.backlog = () => (backlog ??= store.webhooks.backlog(new Date()).finally(() => { backlog = undefined }))
   // Once listening: an app only injected into (tests, tools) sends nothing.
   app.addHook('onListen', (done) => { dispatcher.start(); done() })
   // Stopping begins with the server's close, beside the requests that finish; the store closes after.

@@ -3,6 +3,7 @@
 // claim leases deliveries (FOR UPDATE SKIP LOCKED), so each is attempted by one instance at a
 // time, and by another once the lease has run out (an instance that died mid-attempt).
 import type pg from 'pg'
+import { UnstorableTextError } from '../errors.js'
 import { rowToPlant } from './postgres-rows.js'
 import { readFrom, type ChangeType, type LogBounds } from './store.js'
 import { DELIVERY_COLUMNS, FAILING_LIMIT_MS, FAILING_REASON, placesFor, removeInBatches, replayInBatches, streaksOf, SUBSCRIPTION_COLUMNS, WEBHOOK_BATCH, type AttemptOutcome, type ClaimedDelivery, type Delivery, type DeliveryStatus, type Subscription, type WebhookStore } from './webhooks.js'
@@ -122,12 +123,16 @@ export function postgresWebhooks (read: <T>(work: (query: Query) => Promise<T>) 
     }
   }
   return {
-    create: (subscription, now) => read(async (query) => {
-      const { rows } = await query<SubscriptionRow>(`INSERT INTO webhooks (url, events, tag, secret, cursor, created_at)
-        SELECT $1, $2, $3, $4, head, $5 FROM change_log RETURNING ${SUBSCRIPTION_COLUMNS}`,
-      [subscription.url, subscription.events.join(' '), subscription.tag ?? null, subscription.secret, now])
-      return rowToSubscription(rows[0])
-    }),
+    create: (subscription, now) => {
+      // PostgreSQL's text cannot hold U+0000 (a URL with one is refused before: src/webhooks/addresses.ts).
+      if (subscription.tag?.includes('\u0000') === true) return Promise.reject(new UnstorableTextError('The tag holds the character U+0000, which this store cannot keep; remove it.'))
+      return read(async (query) => {
+        const { rows } = await query<SubscriptionRow>(`INSERT INTO webhooks (url, events, tag, secret, cursor, created_at)
+          SELECT $1, $2, $3, $4, head, $5 FROM change_log RETURNING ${SUBSCRIPTION_COLUMNS}`,
+        [subscription.url, subscription.events.join(' '), subscription.tag ?? null, subscription.secret, now])
+        return rowToSubscription(rows[0])
+      })
+    },
     list: () => read(async (query) => (await query<SubscriptionRow>(`SELECT ${SUBSCRIPTION_COLUMNS} FROM webhooks ORDER BY id`)).rows.map(rowToSubscription)),
     get: (id) => read(query => get(query, id)),
     remove: (id) => removeInBatches(() => transaction(async (query) => {

@@ -131,6 +131,8 @@ function resolveAll (lookup: typeof dns.lookup, hostname: string): Promise<dns.L
 /** Why a subscriber URL is refused at registration (one sentence for a 400 Error body), or undefined when it may be used. Rules: absolute URL, protocol http: or https: only, no username/password, at most 2048 characters, a host; if the host is an IP literal (IPv6 in brackets) it must not be forbidden; if it is a name, it is resolved (all addresses, via `resolve`, default dns.lookup with { all: true }) and refused if it does not resolve or any address is forbidden. With allowPrivate the address checks are skipped (the scheme/credential/length rules still apply) and no resolution is done. */
 export async function refusalOfUrl (text: string, { allowPrivate, resolve = dns.lookup }: { allowPrivate: boolean, resolve?: typeof dns.lookup }): Promise<string | undefined> {
   if (text.length > MAX_URL_LENGTH) return `The URL is longer than ${MAX_URL_LENGTH} characters.`
+  // eslint-disable-next-line no-control-regex
+  if (/[\u0000-\u0020\u007f]/.test(text)) return 'The URL holds a space or a control character; percent-encode it.'
   if (!URL.canParse(text)) return 'The URL is not an absolute URL, such as https://example.com/hooks.'
   const url = new URL(text)
   if (url.protocol !== 'http:' && url.protocol !== 'https:') return `The URL's scheme is ${url.protocol.slice(0, -1)}; only http and https are taken.`

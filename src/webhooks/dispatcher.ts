@@ -16,14 +16,7 @@ const ENQUEUE_BATCH = 500
 const IDLE_MS = 1000
 /** The shortest time between two passes under a stream of changes: each pass then takes what arrived meanwhile, together. */
 const PASS_MS = 20
-/**
- * Requests come first: when the event loop was busy for more than BUSY of the time since the last
- * pass, or BUSY_REQUESTS requests are waiting for their answers (a process whose requests wait on
- * its disk is saturated too, with a loop that idles), the next pass waits BUSY_PASS_MS.
- * Deliveries then fall behind, and catch up once there is room again (the backlog metric shows it).
- */
-const BUSY = 0.9
-const BUSY_REQUESTS = 8
+/** How long a pass waits while requests have the process (`busy`). */
 const BUSY_PASS_MS = 250
 /** After a store failure, the wait before the next pass. */
 const BACKOFF_MS = 1000
@@ -46,8 +39,8 @@ export interface DispatcherOptions {
   random?: () => number
   /** Told of each outcome, for the metrics. */
   observe?: (outcome: AttemptOutcome) => void
-  /** Requests under way in this process now, which deliveries make way for. */
-  requestsInFlight?: () => number
+  /** True while requests have the process (src/webhooks/load.ts): deliveries make way, each pass waiting BUSY_PASS_MS. */
+  busy?: () => boolean
 }
 
 export class Dispatcher {
@@ -62,8 +55,6 @@ export class Dispatcher {
   private capped = false
   /** Poked since the last pass began: the next does not wait. */
   private poked = false
-  /** The event loop's use at the last look, to tell how busy it has been since. */
-  private loopUse = performance.eventLoopUtilization()
 
   constructor (private readonly options: DispatcherOptions) {
     this.now = options.now ?? (() => new Date())
@@ -129,7 +120,7 @@ export class Dispatcher {
     try {
       // What is due and not leased waits for a place: an attempt that ends pokes the next pass.
       this.capped = due && free <= 0
-      if (due && free > 0) {
+      if (due && free > 0 && !this.stopped) {
         const now = this.now()
         const until = new Date(now.getTime() + this.options.timeoutMs + LEASE_MARGIN_MS)
         const claimed = await store.claim(now, until, { total: free, perSubscription: this.options.perSubscription }, settled)
@@ -184,7 +175,7 @@ export class Dispatcher {
    */
   private async sleep (outlook: Outlook | undefined): Promise<void> {
     if (this.stopped) return
-    if (this.busy()) {
+    if (this.options.busy?.() === true) {
       await new Promise(resolve => setTimeout(resolve, BUSY_PASS_MS))
       return
     }
@@ -207,14 +198,6 @@ export class Dispatcher {
     // together; an ended attempt (a poke) is taken at once.
     const spent = performance.now() - started
     if ((moved || ms <= 0) && !this.poked && spent < PASS_MS && !this.stopped) await new Promise(resolve => setTimeout(resolve, PASS_MS - spent))
-  }
-
-  /** True when requests have the process: its loop busy for more than BUSY of the time since the last look, or BUSY_REQUESTS waiting. */
-  private busy (): boolean {
-    const now = performance.eventLoopUtilization()
-    const since = performance.eventLoopUtilization(now, this.loopUse)
-    this.loopUse = now
-    return since.utilization > BUSY || (this.options.requestsInFlight?.() ?? 0) >= BUSY_REQUESTS
   }
 
   private failed (error: Error): void {

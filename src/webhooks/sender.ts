@@ -18,6 +18,8 @@ export interface SenderOptions {
   timeoutMs: number
   /** Name resolution, for tests: dns.lookup by default. */
   resolve?: Parameters<typeof guardedLookup>[0]['resolve']
+  /** How long a kept-alive connection to a receiver may stay idle before it is closed, in ms: longer than the time between attempts under a stream of changes. */
+  idleSocketMs?: number
 }
 
 /** The largest answer body read (and thrown away) before the connection is given up: receivers answer with little. */
@@ -29,13 +31,13 @@ export const webhookId = (position: bigint): string => `chg_${position}`
 /** Sends deliveries over keep-alive connections, one pool for http and one for https. */
 export class Sender {
   private readonly lookup: LookupFunction
-  private readonly agents = {
-    'http:': new http.Agent({ keepAlive: true, maxSockets: 64 }),
-    'https:': new https.Agent({ keepAlive: true, maxSockets: 64 })
-  }
+  private readonly agents: { 'http:': http.Agent, 'https:': https.Agent }
 
   constructor (private readonly options: SenderOptions) {
     this.lookup = guardedLookup({ allowPrivate: options.allowPrivate, resolve: options.resolve })
+    // An idle kept-alive connection is closed after a while: receivers come and go, and so would their sockets.
+    const agent = { keepAlive: true, maxSockets: 64, timeout: options.idleSocketMs ?? 30_000 }
+    this.agents = { 'http:': new http.Agent(agent), 'https:': new https.Agent(agent) }
   }
 
   /** Attempts `delivery` at `now`; resolves with the outcome, never rejects. */

@@ -49,9 +49,14 @@ for (const kind of testStores()) {
       assert.equal(one.body.url, 'http://127.0.0.1:9/hook')
 
       for (const body of [{}, { url: 'http://127.0.0.1:9/', event: ['plant.created'] }, { url: 'http://127.0.0.1:9/', events: [] }, { url: 'http://127.0.0.1:9/', events: ['plant.eaten'] },
-        { url: 'http://127.0.0.1:9/', events: ['plant.created', 'plant.created'] }, { url: 'ftp://example.com/' }, { url: 'http://user:pw@127.0.0.1:9/' }, { url: 'not a url' }, { url: 'http://127.0.0.1:9/', tag: '' }]) {
+        { url: 'http://127.0.0.1:9/', events: ['plant.created', 'plant.created'] }, { url: 'ftp://example.com/' }, { url: 'http://user:pw@127.0.0.1:9/' }, { url: 'not a url' }, { url: 'http://127.0.0.1:9/', tag: '' },
+        { url: 'http://127.0.0.1:9/a\u0000b' }, { url: 'http://127.0.0.1:9/a b' }, { url: 'http://127.0.0.1:9/\u007f' }, { url: ' http://127.0.0.1:9/' }]) {
         assert.ok(isErrorBody(await call(server, 'POST', '/webhooks', { body }), 400), JSON.stringify(body))
       }
+      // A tag holds what a plant's tag can hold: U+0000 too, except on PostgreSQL, whose text cannot.
+      const nul = await call(server, 'POST', '/webhooks', { body: { url: 'http://127.0.0.1:9/', tag: 'a\u0000b' } })
+      if (kind === 'postgres') assert.ok(isErrorBody(nul, 400), nul.text)
+      else assert.equal(nul.status, 201, nul.text)
       for (const [method, path] of [['GET', '/webhooks/999'], ['DELETE', '/webhooks/999'], ['POST', '/webhooks/999/rotate-secret'], ['POST', '/webhooks/999/enable'], ['GET', '/webhooks/999/deliveries'], ['POST', '/webhooks/999/deliveries/1/retry']]) {
         assert.ok(isErrorBody(await call(server, method, path), 404), `${method} ${path}`)
       }

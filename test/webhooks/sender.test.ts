@@ -45,3 +45,17 @@ test('a URL holding a private address is refused at every attempt, whatever was 
   }
   assert.equal(receiver.received.length, 0)
 })
+
+test('a kept-alive connection to a receiver is reused, and closed once idle', async (t) => {
+  const receiver = await startReceiver(t)
+  const sender = new Sender({ allowPrivate: true, timeoutMs: 2000, idleSocketMs: 200 })
+  t.after(() => sender.close())
+  const ports = new Set<number>()
+  receiver.answer = (_request, response) => { ports.add(response.socket!.remotePort!); response.writeHead(204).end() }
+  const first = await sender.attempt(delivery(`http://127.0.0.1:${receiver.port}/`), new Date())
+  const second = await sender.attempt(delivery(`http://127.0.0.1:${receiver.port}/`), new Date())
+  assert.deepEqual([first.statusCode, second.statusCode, ports.size], [204, 204, 1], 'one connection for both')
+  await new Promise(resolve => setTimeout(resolve, 600))
+  await sender.attempt(delivery(`http://127.0.0.1:${receiver.port}/`), new Date())
+  assert.equal(ports.size, 2, 'the idle connection was closed; a new one was opened')
+})
