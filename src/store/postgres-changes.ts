@@ -6,6 +6,7 @@
 // can never later find a smaller position filled in. Locks are always taken plant row first,
 // head last (an import: the table, then the head), so writers never deadlock.
 import type pg from 'pg'
+import { commit } from './postgres-commit.js'
 import { isUniqueViolation } from './postgres-errors.js'
 import { rowToPlant } from './postgres-rows.js'
 import { meets, pageOf, readFrom, scanEnd, CHANGES_SCAN, type Change, type ChangesPage, type ChangeType, type Created, type LogBounds, type Plant, type PlantRecord, type Versions, type VersionedPlant } from './store.js'
@@ -64,7 +65,8 @@ async function logged (client: pg.ClientBase, type: ChangeType, plant: PlantReco
 async function write<T> (client: pg.ClientBase, work: () => Promise<{ changed: boolean, outcome: T }>): Promise<T> {
   await client.query('BEGIN')
   const { changed, outcome } = await work()
-  await client.query(changed ? 'COMMIT' : 'ROLLBACK')
+  if (changed) await commit(client)
+  else await client.query('ROLLBACK')
   return outcome
 }
 

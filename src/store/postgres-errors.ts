@@ -10,15 +10,24 @@ export function isUniqueViolation (error: unknown): boolean {
 }
 
 /**
- * The database cannot answer now, rather than a bug: answered 503, not 500. SQLSTATE class 08
- * (connection exception), 57P01–57P03 (the server shuts down or cannot connect yet), 57014 (a
- * statement timeout), class 53 (too many connections, out of memory or disk), serialization
- * failures and deadlocks (40001, 40P01: a retry succeeds); without a SQLSTATE, the socket's and
- * node-postgres's own connection failures (refused, reset, lost, timed out).
+ * The database cannot answer now, rather than a bug: answered 503, not 500. The host is lost
+ * (isHostLost), 57014 (a statement timeout), class 53 (too many connections, out of memory or
+ * disk), serialization failures and deadlocks (40001, 40P01: a retry succeeds).
  */
 export function isUnavailable (error: unknown): boolean {
+  return isHostLost(error) || /^53/.test(sqlstateOf(error)) || ['57014', '40001', '40P01'].includes(sqlstateOf(error))
+}
+
+/**
+ * The host may no longer be the one to write to: SQLSTATE class 08 (connection exception),
+ * 57P01–57P03 (the server shuts down or cannot take connections yet), 25006 (a read-only
+ * transaction: a standby, or a primary demoted); without a SQLSTATE, the socket's and
+ * node-postgres's own connection failures (refused, reset, lost, timed out). The store then
+ * looks for the primary again (SPEC section 10).
+ */
+export function isHostLost (error: unknown): boolean {
   const state = sqlstateOf(error)
-  if (state !== '') return /^(08|53)/.test(state) || ['57P01', '57P02', '57P03', '57014', '40001', '40P01'].includes(state)
+  if (state !== '') return /^08/.test(state) || ['57P01', '57P02', '57P03', '25006'].includes(state)
   const code = (error as { code?: unknown } | null)?.code
   if (typeof code === 'string' && /^(ECONN|ETIMEDOUT|EPIPE|EHOSTUNREACH|ENETUNREACH|ENOTFOUND|EAI_AGAIN)/.test(code)) return true
   const message = (error as { message?: unknown } | null)?.message

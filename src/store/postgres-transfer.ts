@@ -1,6 +1,7 @@
 import type pg from 'pg'
 import { StoreUnavailableError } from '../errors.js'
 import { describe } from './describe.js'
+import { commit } from './postgres-commit.js'
 import { isUnavailable, sqlstateOf } from './postgres-errors.js'
 import { PAGE_SQL, rowToPlant, unstorable, type PlantRow } from './postgres-rows.js'
 import { EXPORT_PAGE, keysetPages, type ImportOutcome, type PlantRecord } from './store.js'
@@ -81,7 +82,7 @@ export async function importPostgres (connect: () => Promise<pg.Client>, source:
       }
       at += batch.length
     }
-    await client.query('COMMIT')
+    await commit(client)
     return { outcome: 'imported', plants }
   } catch (error) {
     await client?.query('ROLLBACK').catch(() => {})

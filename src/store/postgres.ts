@@ -1,7 +1,9 @@
 import pg from 'pg'
 import { StoreUnavailableError } from '../errors.js'
 import { describe } from './describe.js'
-import { isUnavailable, isUniqueViolation } from './postgres-errors.js'
+import { commit } from './postgres-commit.js'
+import { isHostLost, isUnavailable, isUniqueViolation } from './postgres-errors.js'
+import { databaseHosts, hostOf, sessionRefusal, type DatabaseHosts } from './postgres-hosts.js'
 import { changesPage, createPlant, logBounds, pruneChanges, removePlant, replacePlant } from './postgres-changes.js'
 import { LIST_SQL, rowToPlant, TYPES, unstorable, type ListRow, type PlantRow } from './postgres-rows.js'
 import { LOCKS, migrate } from './postgres-schema.js'
@@ -97,16 +99,55 @@ function poolConfig (url: string, limits: PostgresLimits): pg.PoolConfig {
   }
 }
 
+/** A new pool on the host `url` names; an idle connection the server drops emits 'error' on it, which must not end the process. */
+function newPool (url: string, limits: PostgresLimits): pg.Pool {
+  const pool = new pg.Pool(poolConfig(url, limits))
+  pool.on('error', () => {}) // the pool removes that connection and opens another when needed
+  return pool
+}
+
+/** How long a search for the primary waits between two rounds of its hosts. */
+const SEARCH_PAUSE_MS = 250
+
 /**
- * The PostgreSQL store: a pool of node-postgres connections. Every operation is one statement in
- * autocommit, or one short transaction; COMMIT returns once the change is durable
- * (`synchronous_commit = on`, PostgreSQL's default), so its answer may go out at once. Reads and
- * writes are bounded (`PostgresLimits`): past a cap, and past the deadline, the caller gets
- * StoreUnavailableError (503). Connections that fail are dropped and the pool opens new ones,
- * so the store recovers by itself when the database is back.
+ * The URL of the first host in `hosts` (in order) that takes connections and offers the session
+ * asked for (src/store/postgres-hosts.ts); an error saying why each did not, when none does.
+ */
+async function findHost (hosts: DatabaseHosts, limits: PostgresLimits): Promise<string> {
+  const refusals: string[] = []
+  for (const url of hosts.urls) {
+    const client = new pg.Client(connectionConfig(url, limits))
+    client.on('error', () => {})
+    try {
+      await client.connect()
+      const refusal = await sessionRefusal(client, hosts.target)
+      if (refusal === undefined) return url
+      refusals.push(`${hostOf(url)} ${refusal}`)
+    } catch (error) {
+      refusals.push(`${hostOf(url)}: ${describe(error)}`)
+    } finally {
+      await client.end().catch(() => {})
+    }
+  }
+  throw new StoreUnavailableError(`No database host takes writes (${refusals.join('; ')}).`)
+}
+
+/**
+ * The PostgreSQL store: a pool of node-postgres connections to the host to write to. Every
+ * operation is one statement in autocommit, or one short transaction; COMMIT returns once the
+ * change is durable (`synchronous_commit = on`, PostgreSQL's default, and the synchronous standby
+ * when one is named), so its answer may go out at once. Reads and writes are bounded
+ * (`PostgresLimits`): past a cap, and past the deadline, the caller gets StoreUnavailableError
+ * (503). Connections that fail are dropped and the pool opens new ones. When the host is lost
+ * or stops taking writes (a failover: isHostLost), the store answers 503 at once while it looks
+ * for the host to write to among DATABASE_URL's, and carries on there (SPEC section 10).
  */
 export class PostgresStore implements Store {
-  private readonly pool: pg.Pool
+  /** The pool on the host written to now, and that host's URL. */
+  private pool: pg.Pool
+  private url: string
+  /** A search for the host to write to, under way: operations are answered 503 meanwhile. */
+  private searching?: Promise<void>
   private readonly limits: PostgresLimits
   private writes = 0
   private reads = 0
@@ -124,17 +165,17 @@ export class PostgresStore implements Store {
     work => this.run('writes', () => work((text, values) => this.query(text, values))),
     work => this.run('writes', answered => this.transaction(client => work((text, values) => client.query(text, values)), answered)))
 
-  private constructor (private readonly url: string, limits: PostgresLimits) {
+  private constructor (private readonly hosts: DatabaseHosts, url: string, limits: PostgresLimits) {
     this.limits = limits
-    this.pool = new pg.Pool(poolConfig(url, limits))
-    // An idle connection the server drops emits 'error' on the pool; without a listener Node
-    // would end the process. The pool removes that connection and opens another when needed.
-    this.pool.on('error', () => {})
+    this.url = url
+    this.pool = newPool(url, limits)
   }
 
-  /** Connects to the database at `url` and creates or migrates its schema. */
+  /** Connects to the database `url` names (the host to write to, of several) and creates or migrates its schema. */
   static async open (url: string, limits: Partial<PostgresLimits> = {}): Promise<PostgresStore> {
-    const store = new PostgresStore(url, { ...DEFAULT_PG_LIMITS, ...limits })
+    const hosts = databaseHosts(url)
+    const full = { ...DEFAULT_PG_LIMITS, ...limits }
+    const store = new PostgresStore(hosts, hosts.urls.length === 1 && hosts.target === 'any' ? hosts.urls[0] : await findHost(hosts, full), full)
     // Migrations run on a connection of their own, without the statement timeout: waiting for
     // another instance's migration is part of starting.
     let client: pg.Client | undefined
@@ -175,6 +216,7 @@ export class PostgresStore implements Store {
    */
   private run<T> (kind: 'writes' | 'reads', work: (answered: () => boolean) => Promise<T>): Promise<T> {
     if (this.closed) return Promise.reject(new StoreUnavailableError('The store is closed.'))
+    if (this.searching !== undefined) return Promise.reject(new StoreUnavailableError('The database host was lost; the store is looking for the one to write to.'))
     const cap = kind === 'writes' ? this.limits.writesInFlight : this.limits.readsPending
     if (this[kind] >= cap) return Promise.reject(new StoreUnavailableError(`${cap} ${kind} are in flight, as many as the store takes on.`, 'capacity'))
     this[kind]++
@@ -185,7 +227,11 @@ export class PostgresStore implements Store {
         answered = true
         reject(new StoreUnavailableError(`The database did not answer within ${this.limits.writeTimeoutMs} ms.`, 'deadline'))
       }, this.limits.writeTimeoutMs)
-      done.then(value => { clearTimeout(timer); resolve(value) }, error => { clearTimeout(timer); reject(failureOf(error)) })
+      done.then(value => { clearTimeout(timer); resolve(value) }, error => {
+        clearTimeout(timer)
+        if (isHostLost(error)) this.search()
+        reject(failureOf(error))
+      })
     })
   }
 
@@ -210,7 +256,7 @@ export class PostgresStore implements Store {
       // After any failure that answers 503 (a lost or silent connection, a timeout, a serialization
       // failure) the connection is dropped, which rolls back, rather than sent a ROLLBACK: on one that
       // stopped answering, the ROLLBACK would wait out query_timeout again. Rare; the pool reconnects.
-      if (isUnavailable(error)) broken ??= error as Error
+      if (isUnavailable(error) || error instanceof StoreUnavailableError) broken ??= error as Error
       else await client.query('ROLLBACK').catch((rollback: Error) => { broken = rollback })
       throw error
     } finally {
@@ -229,7 +275,7 @@ export class PostgresStore implements Store {
       await client.query('BEGIN')
       const result = await work(client)
       if (answered()) throw new StoreUnavailableError('The caller was answered before the transaction ended: rolled back.', 'deadline')
-      await client.query('COMMIT')
+      await commit(client)
       return result
     })
   }
@@ -345,10 +391,35 @@ export class PostgresStore implements Store {
     await this.run('reads', async () => await this.query('SELECT 1'))
   }
 
+  /**
+   * Looks for the host to write to, once at a time, round after round of DATABASE_URL's hosts
+   * until one answers (or the store closes), and moves there with a new pool; the old pool's
+   * connections go. Operations are answered 503 meanwhile (run).
+   */
+  private search (): void {
+    if (this.searching !== undefined || this.closed) return
+    const lost = this.pool
+    this.searching = (async () => {
+      lost.end().catch(() => {}) // not awaited: its connections in use end as their work fails or finishes
+      while (!this.closed) {
+        try {
+          this.url = await findHost(this.hosts, this.limits)
+          this.pool = newPool(this.url, this.limits)
+          return
+        } catch {
+          await new Promise(resolve => setTimeout(resolve, SEARCH_PAUSE_MS))
+        }
+      }
+    })().finally(() => { this.searching = undefined })
+  }
+
   /** Refuses new calls, lets those under way finish, and closes the pool's connections. */
   close (): Promise<void> {
     this.closed = true
-    this.closing ??= this.pool.end().catch(() => {})
+    this.closing ??= (async () => {
+      await this.searching
+      await this.pool.end().catch(() => {})
+    })()
     return this.closing
   }
 

@@ -1,0 +1,58 @@
+// Several PostgreSQL hosts in one DATABASE_URL, the way libpq takes them (SPEC section 10):
+// `postgres://u@h1:5432,h2:5433/db?target_session_attrs=primary`. node-postgres connects to one
+// host; this module splits the URL into one per host and finds the one to write to.
+import pg from 'pg'
+
+/** Which host a session may use, as libpq's `target_session_attrs`: `primary` (not in recovery), `read-write` (not read-only), `any`. */
+export type TargetSession = 'primary' | 'read-write' | 'any'
+
+export interface DatabaseHosts {
+  /** One URL per host, in the order given: each the whole URL with that host alone, `target_session_attrs` left out. */
+  urls: string[]
+  /** Several hosts without `target_session_attrs` take `read-write`: the service writes. One host takes `any`, as today. */
+  target: TargetSession
+}
+
+const TARGETS: TargetSession[] = ['primary', 'read-write', 'any']
+
+/** The hosts of `url` and the session they must offer; a URL libpq would take and this cannot throws, naming what is wrong (never the password). */
+export function databaseHosts (url: string): DatabaseHosts {
+  const match = /^(postgres(?:ql)?:\/\/)(?:([^@/?#]*)@)?([^/?#]*)(.*)$/.exec(url)
+  if (match === null) throw new Error('DATABASE_URL is not a postgres:// URL.')
+  const [, scheme, userInfo, hostList, rest] = match
+  // No host name holds a comma (an IPv6 address is in brackets, its colons apart from the port's).
+  const hosts = hostList.split(',')
+  if (hosts.some(host => !/^(\[[0-9A-Fa-f:.]+\]|[^:[\]]*)(:\d{1,5})?$/.test(host)) || (hosts.length > 1 && hosts.some(host => host === ''))) {
+    throw new Error(`DATABASE_URL's host list "${hostList}" is not host[:port][,host[:port]…].`)
+  }
+  const query = new URLSearchParams(/\?([^#]*)/.exec(rest)?.[1] ?? '')
+  const asked = query.get('target_session_attrs')
+  if (asked !== null && !TARGETS.includes(asked as TargetSession)) {
+    throw new Error(`DATABASE_URL's target_session_attrs is "${asked}"; the service writes, so it takes ${TARGETS.join(', ')}.`)
+  }
+  // The other parameters pass as they were written, for node-postgres to read.
+  const path = rest.replace(/[?#].*/, '')
+  const kept = (/\?([^#]*)/.exec(rest)?.[1] ?? '').split('&').filter(pair => pair !== '' && !pair.startsWith('target_session_attrs=')).join('&')
+  const urls = hosts.map(host => `${scheme}${userInfo === undefined ? '' : `${userInfo}@`}${host}${path}${kept === '' ? '' : `?${kept}`}`)
+  return { urls, target: (asked as TargetSession | null) ?? (urls.length > 1 ? 'read-write' : 'any') }
+}
+
+/** The host:port part of a one-host URL, for log lines and errors (never the user or password). */
+export function hostOf (url: string): string {
+  return /^postgres(?:ql)?:\/\/(?:[^@/?#]*@)?([^/?#]*)/.exec(url)?.[1] || 'localhost'
+}
+
+/**
+ * Whether the session on `client` is one `target` takes: a host in recovery (a standby) is not
+ * `primary`; a read-only one (a standby, or `default_transaction_read_only`) is not `read-write`.
+ * Answers why not, or undefined when it is.
+ */
+export async function sessionRefusal (client: pg.ClientBase, target: TargetSession): Promise<string | undefined> {
+  if (target === 'any') return undefined
+  if (target === 'primary') {
+    const { rows: [{ recovery }] } = await client.query<{ recovery: boolean }>('SELECT pg_is_in_recovery() AS recovery')
+    return recovery ? 'is in recovery (a standby)' : undefined
+  }
+  const { rows: [{ transaction_read_only: readOnly }] } = await client.query<{ transaction_read_only: string }>('SHOW transaction_read_only')
+  return readOnly === 'on' ? 'is read-only' : undefined
+}

@@ -1,0 +1,108 @@
+// A write whose commit outcome is unknown is never answered 200 (SPEC section 10): the
+// connection lost while COMMIT is under way (a TCP proxy that cuts it there), and a wait for
+// synchronous replication cancelled (PostgreSQL then commits locally, warns, and answers COMMIT
+// as if all were well). Each is a 503, and an identical retry tells the truth.
+import assert from 'node:assert/strict'
+import { connect, createServer, type Socket } from 'node:net'
+import { test, type TestContext } from 'node:test'
+import { StoreUnavailableError } from '../../src/errors.js'
+import { PostgresStore } from '../../src/store/postgres.js'
+import { call, isErrorBody, startServer, type Answer, type Server } from '../helpers.js'
+import { CLUSTER_SKIP, primaryAlone, waitFor } from '../pg-cluster.js'
+import { PG_SKIP, PG_URL, pgSchema } from '../store/postgres-helpers.js'
+
+/** The simple-protocol message node-postgres sends for COMMIT: 'Q', its length, the text, a NUL. */
+const COMMIT = Buffer.concat([Buffer.from('Q'), Buffer.from([0, 0, 0, 11]), Buffer.from('COMMIT\0')])
+
+/**
+ * A TCP proxy to `upstream` that, once armed, cuts the connection that sends the next COMMIT:
+ * after passing it on (`after`: the server commits, the answer is lost) or instead of it
+ * (`before`: nothing is committed).
+ */
+async function commitCutter (t: TestContext, upstream: { host: string, port: number }): Promise<{ port: number, arm: (when: 'before' | 'after') => void, cuts: () => number }> {
+  let armed: 'before' | 'after' | undefined
+  let cuts = 0
+  const sockets = new Set<Socket>()
+  const server = createServer(client => {
+    const server = connect(upstream.port, upstream.host)
+    for (const socket of [client, server]) {
+      sockets.add(socket)
+      socket.on('error', () => {})
+      socket.on('close', () => { sockets.delete(socket); client.destroy(); server.destroy() })
+    }
+    server.pipe(client)
+    client.on('data', (chunk: Buffer) => {
+      const when = armed
+      if (when !== undefined && chunk.includes(COMMIT)) {
+        armed = undefined
+        cuts++
+        if (when === 'after') server.write(chunk)
+        server.unpipe(client) // the answer never arrives
+        setTimeout(() => { client.destroy(); server.destroy() }, 200)
+        return
+      }
+      server.write(chunk)
+    })
+  })
+  await new Promise<void>(resolve => server.listen(0, '127.0.0.1', resolve))
+  t.after(async () => {
+    for (const socket of sockets) socket.destroy()
+    await new Promise(resolve => server.close(resolve))
+  })
+  return { port: (server.address() as { port: number }).port, arm: (when) => { armed = when }, cuts: () => cuts }
+}
+
+/** The answer once the store has found its host again: a client told 503 + Retry-After tries again. */
+async function retried (server: Server, method: string, path: string, body?: unknown): Promise<Answer> {
+  const deadline = Date.now() + 10_000
+  for (;;) {
+    const answer = await call(server, method, path, { body })
+    if (answer.status !== 503 || Date.now() > deadline) return answer
+    await new Promise(resolve => setTimeout(resolve, 100))
+  }
+}
+
+test('PostgreSQL: the connection lost while COMMIT is under way is a 503, whether or not it committed; the identical retry answers the truth', { skip: PG_URL === undefined ? PG_SKIP : false }, async (t) => {
+  const { url } = await pgSchema(t)
+  const target = new URL(PG_URL!)
+  const cutter = await commitCutter(t, { host: target.hostname, port: Number(target.port === '' ? 5432 : target.port) })
+  const proxied = new URL(url)
+  proxied.host = `127.0.0.1:${cutter.port}`
+  const server = await startServer(t, { databaseUrl: proxied.href })
+
+  for (const [when, id] of [['after', 1], ['before', 2]] as const) {
+    cutter.arm(when)
+    const body = { id, name: `cut ${when} COMMIT` }
+    const first = await call(server, 'POST', '/plants', { body })
+    assert.equal(cutter.cuts(), id, 'the COMMIT was cut')
+    assert.ok(isErrorBody(first, 503), `${when}: ${first.status} ${first.text}`)
+    assert.ok(Number(first.headers.get('retry-after')) >= 1)
+    const again = await retried(server, 'POST', '/plants', body)
+    assert.equal(again.status, 200, `${when}: the retry: ${again.text}`)
+    const read = await call(server, 'GET', `/plants/${id}`)
+    assert.deepEqual([read.status, read.body], [200, body])
+  }
+  const changes = await call(server, 'GET', '/plants/changes')
+  assert.deepEqual(changes.body.map((change: { plant: { id: number } }) => change.plant.id), [1, 2], 'each logged once')
+})
+
+test('PostgreSQL: a wait for synchronous replication cancelled is a 503, though PostgreSQL committed locally; the identical retry answers 200', { skip: CLUSTER_SKIP ?? false }, async (t) => {
+  const primary = await primaryAlone(t)
+  const store = await PostgresStore.open(primary.url, { writeTimeoutMs: 10_000 })
+  t.after(() => store.close())
+  // A synchronous standby that never comes: every commit waits for it, until cancelled.
+  await primary.query("ALTER SYSTEM SET synchronous_standby_names = 'nobody'")
+  await primary.query('SELECT pg_reload_conf()')
+  await waitFor(async () => (await primary.query('SHOW synchronous_standby_names')).rows[0].synchronous_standby_names === 'nobody', 'the setting applies')
+
+  const creating = store.create({ id: 7n, name: 'Fern' })
+  creating.catch(() => {})
+  await waitFor(async () => (await primary.query("SELECT 1 FROM pg_stat_activity WHERE wait_event = 'SyncRep'")).rowCount === 1, 'the commit waits for the standby')
+  await primary.query("SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE wait_event = 'SyncRep'")
+  await assert.rejects(creating, (error: Error) => error instanceof StoreUnavailableError && /outcome is unknown.*synchronous replication/.test(error.message))
+
+  await primary.query("ALTER SYSTEM SET synchronous_standby_names = ''")
+  await primary.query('SELECT pg_reload_conf()')
+  assert.deepEqual(await store.get(7n), { plant: { id: 7n, name: 'Fern' }, version: 1n }, 'committed locally all the same')
+  assert.deepEqual(await store.create({ id: 7n, name: 'Fern' }), { outcome: 'same', version: 1n }, 'the retry: the truth')
+})

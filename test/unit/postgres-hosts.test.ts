@@ -1,0 +1,41 @@
+// DATABASE_URL's hosts, the way libpq takes them (SPEC section 10): one URL per host, in order,
+// and the session the service asks of them.
+import assert from 'node:assert/strict'
+import { test } from 'node:test'
+import { databaseHosts, hostOf } from '../../src/store/postgres-hosts.js'
+
+test('several hosts: one URL each, in order, the rest of the URL kept as written; read-write unless asked otherwise', () => {
+  assert.deepEqual(databaseHosts('postgres://u:p%40ss@h1:5432,h2:5433/db?sslmode=disable&options=-c%20search_path%3Ds'), {
+    urls: ['postgres://u:p%40ss@h1:5432/db?sslmode=disable&options=-c%20search_path%3Ds', 'postgres://u:p%40ss@h2:5433/db?sslmode=disable&options=-c%20search_path%3Ds'],
+    target: 'read-write'
+  })
+  assert.deepEqual(databaseHosts('postgresql://[::1]:5432,[2001:db8::7],db.example/x?target_session_attrs=primary'), {
+    urls: ['postgresql://[::1]:5432/x', 'postgresql://[2001:db8::7]/x', 'postgresql://db.example/x'],
+    target: 'primary'
+  })
+  assert.equal(databaseHosts('postgres://a,b/db?target_session_attrs=any').target, 'any')
+})
+
+test('one host is as before: the URL unchanged, any session', () => {
+  for (const url of ['postgres://postgres@127.0.0.1:5432/test', 'postgres:///db?host=/var/run/postgresql', 'postgresql://localhost']) {
+    assert.deepEqual(databaseHosts(url), { urls: [url], target: 'any' })
+  }
+  assert.deepEqual(databaseHosts('postgres://h/db?target_session_attrs=primary&x=1'), { urls: ['postgres://h/db?x=1'], target: 'primary' })
+})
+
+test('what the service cannot take is refused with a sentence, never the password', () => {
+  for (const [url, message] of [
+    ['postgres://u:secret@a,b/db?target_session_attrs=standby', /target_session_attrs is "standby".*primary, read-write, any/],
+    ['postgres://u:secret@a,b/db?target_session_attrs=prefer-standby', /prefer-standby/],
+    ['postgres://u:secret@a,,b/db', /host list "a,,b"/],
+    ['postgres://u:secret@a:54x/db', /host list "a:54x"/],
+    ['postgres://u:secret@a:5432,[zz]/db', /host list/]
+  ] as const) {
+    assert.throws(() => databaseHosts(url), (error: Error) => message.test(error.message) && !error.message.includes('secret'), url)
+  }
+})
+
+test('a host named for a log line is its host and port alone', () => {
+  assert.equal(hostOf('postgres://u:secret@h2:5433/db?x=1'), 'h2:5433')
+  assert.equal(hostOf('postgres:///db'), 'localhost')
+})
