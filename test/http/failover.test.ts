@@ -33,9 +33,9 @@ test('a synchronous standby promoted mid-load: only 200, 409 and 503 meanwhile, 
   let killedAt = Infinity
   let resumedAt: number | undefined
   let next = 1
-  let stopping = false
+  const run = { stopping: false }
   const writer = async (): Promise<void> => {
-    while (!stopping) {
+    while (!run.stopping) {
       const id = next++
       // A 503 is retried, identically, as a client told Retry-After does: the retry tells the truth.
       for (;;) {
@@ -46,14 +46,14 @@ test('a synchronous standby promoted mid-load: only 200, 409 and 503 meanwhile, 
           acked.set(id, BigInt(JSON.parse(answer.headers.get('etag')!)))
           if (sent > killedAt) resumedAt ??= Date.now()
         }
-        if (answer.status !== 503 || stopping) break
+        if (answer.status !== 503 || run.stopping) break
         await new Promise(resolve => setTimeout(resolve, 50))
       }
     }
   }
   const readiness: number[] = []
   const watchReadiness = async (): Promise<void> => {
-    while (!stopping) {
+    while (!run.stopping) {
       readiness.push((await fetch(`${server.url}/readyz`).catch(() => ({ status: 0 }))).status)
       await new Promise(resolve => setTimeout(resolve, 100))
     }
@@ -71,7 +71,7 @@ test('a synchronous standby promoted mid-load: only 200, 409 and 503 meanwhile, 
   await waitFor(async () => resumedAt !== undefined, 'the first 200 after the failover', RESUME_BOUND_MS * 2)
   const resumedMs = resumedAt! - killedAt
   await new Promise(resolve => setTimeout(resolve, 1000))
-  stopping = true
+  run.stopping = true
   await load
   t.diagnostic(`${acked.size} writes acknowledged; answers ${JSON.stringify(Object.fromEntries(statuses))}; 200s resumed ${resumedMs} ms after the kill`)
 
