@@ -221,6 +221,7 @@ export class PostgresStore implements Store {
     if (this[kind] >= cap) return Promise.reject(new StoreUnavailableError(`${cap} ${kind} are in flight, as many as the store takes on.`, 'capacity'))
     this[kind]++
     let answered = false
+    const pool = this.pool
     const done = work(() => answered).finally(() => { this[kind]-- })
     return new Promise<T>((resolve, reject) => {
       const timer = setTimeout(() => {
@@ -229,7 +230,7 @@ export class PostgresStore implements Store {
       }, this.limits.writeTimeoutMs)
       done.then(value => { clearTimeout(timer); resolve(value) }, error => {
         clearTimeout(timer)
-        if (isHostLost(error)) this.search()
+        if (isHostLost(error)) this.search(pool)
         reject(failureOf(error))
       })
     })
@@ -394,10 +395,11 @@ export class PostgresStore implements Store {
   /**
    * Looks for the host to write to, once at a time, round after round of DATABASE_URL's hosts
    * until one answers (or the store closes), and moves there with a new pool; the old pool's
-   * connections go. Operations are answered 503 meanwhile (run).
+   * connections go. Operations are answered 503 meanwhile (run). Only a failure on the pool in
+   * use starts a search: those of the old pool's calls, ending after the move, are its past.
    */
-  private search (): void {
-    if (this.searching !== undefined || this.closed) return
+  private search (failed: pg.Pool): void {
+    if (this.searching !== undefined || this.closed || failed !== this.pool) return
     const lost = this.pool
     this.searching = (async () => {
       lost.end().catch(() => {}) // not awaited: its connections in use end as their work fails or finishes

@@ -82,9 +82,11 @@ if (PG_URL === undefined) {
       assert.ok(Date.now() - started < 1500, `took ${Date.now() - started} ms: not a wait for the deadline`)
       await release()
     })
+    // Meanwhile the store looks for its host again, answering 503 at once: a client waits Retry-After.
     let recovered = false
-    for (let attempt = 0; attempt < 20 && !recovered; attempt++) {
+    for (let attempt = 0; attempt < 100 && !recovered; attempt++) {
       recovered = (await outcome(store.get(0n)) as { plant?: { name: string } } | undefined)?.plant?.name === 'p0'
+      if (!recovered) await new Promise(resolve => setTimeout(resolve, 50))
     }
     assert.ok(recovered, 'new connections answer')
     assert.deepEqual(plantOf(await store.replace(1n, { name: 'Moss' })), { id: 1n, name: 'Moss' })
