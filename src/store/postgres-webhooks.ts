@@ -6,7 +6,7 @@ import type pg from 'pg'
 import { UnstorableTextError } from '../errors.js'
 import { rowToPlant } from './postgres-rows.js'
 import { readFrom, type ChangeType, type LogBounds } from './store.js'
-import { DELIVERY_COLUMNS, FAILING_LIMIT_MS, FAILING_REASON, placesFor, removeInBatches, replayInBatches, streaksOf, SUBSCRIPTION_COLUMNS, WEBHOOK_BATCH, type AttemptOutcome, type ClaimedDelivery, type Delivery, type DeliveryStatus, type Subscription, type WebhookStore } from './webhooks.js'
+import { DELIVERY_COLUMNS, FAILING_LIMIT_MS, FAILING_REASON, offers, removeInBatches, replayInBatches, streaksOf, SUBSCRIPTION_COLUMNS, WEBHOOK_BATCH, type AttemptOutcome, type ClaimedDelivery, type Delivery, type DeliveryStatus, type Subscription, type WebhookStore } from './webhooks.js'
 
 interface SubscriptionRow { id: bigint, url: string, events: string, tag: string | null, disabled_at: Date | null, disabled_reason: string | null, created_at: Date }
 interface DeliveryRow { id: bigint, webhook_id: bigint, position: bigint, type: ChangeType, plant_id: bigint, name: string, tag: string | null, status: DeliveryStatus, attempts: number, next_at: Date, created_at: Date }
@@ -52,6 +52,7 @@ const DELIVER_SQL = `INSERT INTO webhook_deliveries (webhook_id, position, type,
 /** Leases up to $4 of subscription $1's deliveries due at $2, until $3; rows another instance is leasing now are passed over. */
 const CLAIM_SQL = `WITH picked AS MATERIALIZED (
     SELECT id FROM webhook_deliveries WHERE webhook_id = $1 AND status = 'pending' AND next_at <= $2 AND lease_until <= $2
+      AND EXISTS (SELECT 1 FROM webhooks WHERE id = $1 AND disabled_at IS NULL) -- not disabled since the subscriptions were read
     ORDER BY next_at, id LIMIT $4 FOR UPDATE SKIP LOCKED
   )
   UPDATE webhook_deliveries d SET next_at = $3, lease_until = $3 FROM picked WHERE d.id = picked.id
@@ -73,7 +74,7 @@ const RECORD_SQL = `WITH o AS (
   SELECT o.delivery_id, o.at, o.status_code, o.error, o.duration_ms FROM o JOIN settled ON settled.id = o.delivery_id
   RETURNING delivery_id`
 
-/** Enabled subscriptions with due deliveries not leased: fewest leased now first, then earliest due (placesFor). */
+/** Enabled subscriptions with due deliveries not leased: fewest leased now first, then earliest due (offers). */
 const WAITING_SQL = `SELECT * FROM (SELECT w.id, w.url,
     CASE WHEN w.previous_secret IS NOT NULL AND w.previous_until > $1 THEN ARRAY[w.secret, w.previous_secret] ELSE ARRAY[w.secret] END AS secrets,
     (SELECT count(*)::int FROM webhook_deliveries d WHERE d.webhook_id = w.id AND d.status = 'pending' AND d.lease_until > $1) AS leased,
@@ -102,7 +103,7 @@ export function postgresWebhooks (read: <T>(work: (query: Query) => Promise<T>) 
   const record = async (query: Query, outcomes: AttemptOutcome[]): Promise<void> => {
     if (outcomes.length === 0) return
     // Subscriptions before their deliveries, in id order, as enable and delete take them: no deadlock.
-    await query('SELECT id FROM webhooks WHERE id = ANY($1::int8[]) ORDER BY id FOR UPDATE', [[...new Set(outcomes.map(o => o.webhookId))]])
+    await query('SELECT id FROM webhooks WHERE id = ANY($1::int8[]) ORDER BY id FOR NO KEY UPDATE', [[...new Set(outcomes.map(o => o.webhookId))]])
     const { rows } = await query<{ delivery_id: bigint }>(RECORD_SQL, [
       outcomes.map(o => o.deliveryId), outcomes.map(o => o.attempt.at), outcomes.map(o => o.attempt.statusCode ?? null), outcomes.map(o => o.attempt.error ?? null),
       outcomes.map(o => Math.round(o.attempt.durationMs)), outcomes.map(o => o.delivered ? 'delivered' : o.nextAt === undefined ? 'failed' : 'pending'), outcomes.map(o => o.nextAt ?? null),
@@ -160,10 +161,12 @@ export function postgresWebhooks (read: <T>(work: (query: Query) => Promise<T>) 
     }),
     replay: async (id, after, now) => {
       const end = await read(async (query) => {
-        const { rows } = await query<LogBounds & { cursor: bigint }>(`SELECT w.cursor, l.head, coalesce((SELECT min(position) - 1 FROM changes), l.head) AS floor
-          FROM webhooks w, change_log l WHERE w.id = $1`, [id])
+        const { rows } = await query<LogBounds & { cursor: bigint, disabled: boolean }>(`SELECT w.cursor, w.disabled_at IS NOT NULL AS disabled, l.head,
+          coalesce((SELECT min(position) - 1 FROM changes), l.head) AS floor FROM webhooks w, change_log l WHERE w.id = $1`, [id])
         if (rows.length === 0) return 'not-found'
-        return readFrom(after, rows[0]) === 'gone' ? 'gone' : rows[0].cursor
+        if (readFrom(after, rows[0]) === 'gone') return 'gone'
+        // A disabled subscription's cursor stopped at its disabling; enable moves it to the head then, past what a replay queues now.
+        return rows[0].disabled ? rows[0].head : rows[0].cursor
       })
       return typeof end !== 'bigint' ? end : await replayInBatches(after, end, (from, to) => read(async (query) => (await query(DELIVER_SQL, [id, from.toString(), to.toString(), now])).rowCount ?? 0))
     },
@@ -179,14 +182,15 @@ export function postgresWebhooks (read: <T>(work: (query: Query) => Promise<T>) 
       await record(query, settled)
       const claimed: ClaimedDelivery[] = []
       const { rows: waiting } = await query<{ id: bigint, url: string, secrets: string[], leased: number }>(WAITING_SQL, [now])
-      for (const [index, subscription] of waiting.entries()) {
-        const limit = placesFor(subscription.leased, limits.perSubscription, limits.total - claimed.length, waiting.length - index)
-        if (limit <= 0) continue
-        const { rows } = await query<DeliveryRow>(CLAIM_SQL, [subscription.id, now, until, limit])
+      const plan = offers(waiting.map(subscription => subscription.leased), limits)
+      let offer = plan.next()
+      while (offer.done !== true) {
+        const subscription = waiting[offer.value.index]
+        const { rows } = await query<DeliveryRow>(CLAIM_SQL, [subscription.id, now, until, offer.value.limit])
         for (const row of rows) {
           claimed.push({ id: Number(row.id), webhookId: Number(row.webhook_id), position: row.position, type: row.type, plant: rowToPlant({ id: row.plant_id, name: row.name, tag: row.tag }), attempts: row.attempts, url: subscription.url, secrets: subscription.secrets, leaseUntil: until })
         }
-        if (claimed.length >= limits.total) break
+        offer = plan.next(rows.length)
       }
       return claimed
     }),

@@ -3,7 +3,7 @@
 import type Database from 'better-sqlite3'
 import { BOUNDS_SQL, rowToPlant } from './sqlite-rows.js'
 import { readFrom, type ChangeType, type LogBounds } from './store.js'
-import { DELIVERY_COLUMNS, FAILING_LIMIT_MS, FAILING_REASON, placesFor, removeInBatches, replayInBatches, streaksOf, SUBSCRIPTION_COLUMNS, WEBHOOK_BATCH, type AttemptOutcome, type ClaimedDelivery, type Delivery, type DeliveryStatus, type NewSubscription, type Outlook, type Subscription, type WebhookStore } from './webhooks.js'
+import { DELIVERY_COLUMNS, FAILING_LIMIT_MS, FAILING_REASON, offers, removeInBatches, replayInBatches, streaksOf, SUBSCRIPTION_COLUMNS, WEBHOOK_BATCH, type AttemptOutcome, type ClaimedDelivery, type Delivery, type DeliveryStatus, type NewSubscription, type Outlook, type Subscription, type WebhookStore } from './webhooks.js'
 
 interface SubscriptionRow { id: bigint, url: string, events: string, tag: string | null, disabled_at: bigint | null, disabled_reason: string | null, created_at: bigint }
 interface DeliveryRow { id: bigint, webhook_id: bigint, position: bigint, type: ChangeType, plant_id: bigint, name: string, tag: string | null, status: DeliveryStatus, attempts: bigint, next_at: bigint }
@@ -59,10 +59,11 @@ export function webhookWrites (db: Database.Database) {
     dueNow: db.prepare("UPDATE webhook_deliveries SET next_at = min(next_at, ?) WHERE webhook_id = ? AND status = 'pending'"),
     retry: db.prepare("UPDATE webhook_deliveries SET status = 'pending', next_at = ? WHERE id = ? AND webhook_id = ?"),
     cursor: db.prepare('SELECT cursor FROM webhooks WHERE id = ?').pluck(),
+    replayEnd: db.prepare('SELECT cursor, disabled_at IS NOT NULL AS disabled FROM webhooks WHERE id = ?'),
     enabled: db.prepare('SELECT id, cursor FROM webhooks WHERE disabled_at IS NULL AND cursor < ? ORDER BY id'),
     deliver: db.prepare(INSERT_DELIVERIES),
     advance: db.prepare('UPDATE webhooks SET cursor = ? WHERE id = ?'),
-    // Those with due deliveries not leased, fewest leased now first, then earliest due (placesFor).
+    // Those with due deliveries not leased, fewest leased now first, then earliest due (offers).
     waiting: db.prepare(`SELECT * FROM (SELECT id, url, secret, previous_secret, previous_until,
         (SELECT count(*) FROM webhook_deliveries d WHERE d.webhook_id = w.id AND d.status = 'pending' AND d.lease_until > $now) AS leased,
         (SELECT min(d.next_at) FROM webhook_deliveries d WHERE d.webhook_id = w.id AND d.status = 'pending' AND d.next_at <= $now AND d.lease_until <= $now) AS due
@@ -119,9 +120,12 @@ export function webhookWrites (db: Database.Database) {
     webhookRetry: (id: number, deliveryId: number, now: number): boolean => sql.retry.run(now, deliveryId, id).changes === 1,
     /** Where a replay after `after` ends (the subscription's cursor), 'gone' or 'not-found'. */
     webhookReplayEnd: (id: number, after: bigint): bigint | 'gone' | 'not-found' => {
-      const cursor = sql.cursor.get(id) as bigint | undefined
-      if (cursor === undefined) return 'not-found'
-      return readFrom(after, sql.bounds.get() as LogBounds) === 'gone' ? 'gone' : cursor
+      const subscription = sql.replayEnd.get(id) as { cursor: bigint, disabled: bigint } | undefined
+      if (subscription === undefined) return 'not-found'
+      const bounds = sql.bounds.get() as LogBounds
+      if (readFrom(after, bounds) === 'gone') return 'gone'
+      // A disabled subscription's cursor stopped at its disabling; enable moves it to the head then, past what a replay queues now.
+      return subscription.disabled === 1n ? bounds.head : subscription.cursor
     },
     webhookReplay: (id: number, after: bigint, end: bigint, now: number): number => sql.deliver.run({ id, after, end, now }).changes,
     webhookEnqueue: (now: number, batch: number): number => {
@@ -137,14 +141,16 @@ export function webhookWrites (db: Database.Database) {
       const claimed: ClaimedDelivery[] = []
       type Row = { id: bigint, url: string, secret: string, previous_secret: string | null, previous_until: bigint | null, leased: bigint }
       const waiting = sql.waiting.all({ now }) as Row[]
-      for (const [index, subscription] of waiting.entries()) {
-        const limit = placesFor(Number(subscription.leased), limits.perSubscription, limits.total - claimed.length, waiting.length - index)
-        if (limit <= 0) continue
+      const plan = offers(waiting.map(subscription => Number(subscription.leased)), limits)
+      let offer = plan.next()
+      while (offer.done !== true) {
+        const subscription = waiting[offer.value.index]
         const secrets = subscription.previous_secret !== null && Number(subscription.previous_until) > now ? [subscription.secret, subscription.previous_secret] : [subscription.secret]
-        for (const row of sql.claim.all({ id: subscription.id, now, until, limit }) as DeliveryRow[]) {
+        const rows = sql.claim.all({ id: subscription.id, now, until, limit: offer.value.limit }) as DeliveryRow[]
+        for (const row of rows) {
           claimed.push({ id: Number(row.id), webhookId: Number(row.webhook_id), position: row.position, type: row.type, plant: rowToPlant([row.plant_id, row.name, row.tag]), attempts: Number(row.attempts), url: subscription.url, secrets, leaseUntil: new Date(until) })
         }
-        if (claimed.length >= limits.total) break
+        offer = plan.next(rows.length)
       }
       return claimed
     },

@@ -98,7 +98,7 @@ export interface WebhookStore {
   /**
    * Leases up to `total` due deliveries of enabled subscriptions until `until`, no more than
    * `perSubscription` leased at once for one subscription (by anyone). The places are shared
-   * (placesFor): subscriptions with fewest deliveries leased now first, then earliest due; each
+   * (offers): subscriptions with fewest deliveries leased now first, then earliest due; each
    * is offered an equal part of what is left; within one, oldest due first. A leased
    * delivery is due again at `until`: if its attempt is never recorded (its sender died), it is
    * made again then. `settled` are recorded first, in the same transaction (as `record`): their
@@ -131,13 +131,33 @@ export const FAILING_REASON = 'Every delivery failed for five days.'
 export const DELIVERY_LOG_MS = 30 * 86_400_000
 
 /**
- * How many deliveries a claim offers a subscription that has `leased` already, when `left` places
- * remain for `waiting` subscriptions with due deliveries (this one among them): an equal part,
- * within its own cap. Subscriptions come fewest leased first, so a few slow receivers cannot hold
- * every place while others wait.
+ * How a claim shares `total` places among the subscriptions waiting (due deliveries not leased),
+ * which come fewest leased first (`leased`: how many each has leased now): each is offered an
+ * equal part of what is left, within its own cap; then what some left unused is offered again to
+ * those that took all they were offered. Yields which subscription to claim for and how many at
+ * most, and is told how many it got. So a few slow receivers cannot hold every place while
+ * another's first change waits, and no place stays empty while a subscription has more due.
  */
-export function placesFor (leased: number, perSubscription: number, left: number, waiting: number): number {
-  return Math.min(perSubscription - leased, Math.ceil(left / waiting))
+export function * offers (leased: number[], limits: { total: number, perSubscription: number }): Generator<{ index: number, limit: number }, void, number> {
+  let left = limits.total
+  const taken = leased.map(() => 0)
+  const more = leased.map(() => true)
+  for (let round = 0; round < 2; round++) {
+    const open = leased.flatMap((_, index) => more[index] ? [index] : [])
+    for (const [k, index] of open.entries()) {
+      if (left <= 0) return
+      const cap = limits.perSubscription - leased[index] - taken[index]
+      const limit = Math.min(cap, round === 0 ? Math.ceil(left / (open.length - k)) : left)
+      if (limit <= 0) {
+        more[index] = false
+        continue
+      }
+      const got = yield { index, limit }
+      taken[index] += got
+      left -= got
+      if (got < limit) more[index] = false
+    }
+  }
 }
 
 /** Changes made deliveries, or deliveries deleted, per statement, where a request asks for many (replay, delete). */

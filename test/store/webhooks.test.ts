@@ -199,9 +199,25 @@ for (const kind of testStores()) {
     assert.equal((await store.webhooks.get(hook.id))!.disabled?.reason, 'The receiver answered 410 Gone.')
     await store.create({ id: 4n, name: 'p4' })
     assert.equal(await store.pruneChanges(future, 1000), 2, 'a disabled subscription does not hold the log')
+    await store.create({ id: 5n, name: 'p5' })
+    assert.equal(await store.webhooks.replay(hook.id, 4n, at(2)), 1, 'a replay while disabled reaches the head: change 5')
     await store.webhooks.enable(hook.id, at(2))
     await store.webhooks.enqueue(at(2), 500)
-    assert.deepEqual(positions(await store.webhooks.claim(at(2), at(20_000), LIMITS)), [3n], 'the change before the disable; none while it was disabled')
+    assert.deepEqual(positions(await store.webhooks.claim(at(2), at(20_000), LIMITS)), [3n, 5n], 'the change before the disable, and the one replayed; no other made while it was disabled')
+  })
+
+  test(`${kind}: five days of failures disable a subscription, and the changes logged until then are made its deliveries`, async (t) => {
+    const store = await openTestStore(t, kind)
+    const hook = await store.webhooks.create({ url: 'https://example.com/', events: ['plant.created'], secret: SECRET }, T0)
+    await store.create({ id: 1n, name: 'p1' })
+    await store.webhooks.enqueue(T0, 500)
+    const [first] = await store.webhooks.claim(T0, at(20_000), LIMITS)
+    await store.webhooks.record([outcome(first, T0, { nextAt: at(86_400_000) })])
+    await store.create({ id: 2n, name: 'p2' }) // not yet a delivery when the subscription is disabled
+    const [again] = await store.webhooks.claim(at(86_400_000), at(86_420_000), LIMITS)
+    await store.webhooks.record([outcome(again, at(5 * 86_400_000), { nextAt: at(6 * 86_400_000) })])
+    assert.equal((await store.webhooks.get(hook.id))!.disabled?.reason, 'Every delivery failed for five days.')
+    assert.deepEqual((await store.webhooks.deliveries(hook.id, { limit: 10 })).map(d => d.position), [1n, 2n])
   })
 
   test(`${kind}: an outcome is recorded once, and only under the lease its attempt was made under`, async (t) => {
@@ -242,6 +258,18 @@ for (const kind of testStores()) {
     await store.webhooks.enqueue(at(2), 500)
     const third = await store.webhooks.claim(at(3), at(20_000), { total: 1, perSubscription: 3 })
     assert.deepEqual([count(third, a), count(third, b), count(third, c)], [0, 0, 1])
+  })
+
+  test(`${kind}: places one subscription leaves unused go to another with more due`, async (t) => {
+    const store = await openTestStore(t, kind)
+    const a = (await store.webhooks.create({ url: 'https://example.com/a', events: ['plant.created'], secret: SECRET }, T0)).id
+    for (let id = 1n; id <= 20n; id++) await store.create({ id, name: `p${id}` })
+    await store.webhooks.enqueue(T0, 500)
+    const b = (await store.webhooks.create({ url: 'https://example.com/b', events: ['plant.created'], secret: SECRET }, T0)).id
+    await store.create({ id: 21n, name: 'p21' })
+    await store.webhooks.enqueue(at(1), 500)
+    const claimed = await store.webhooks.claim(at(2), at(20_000), { total: 8, perSubscription: 10 })
+    assert.deepEqual([claimed.filter(d => d.webhookId === a).length, claimed.filter(d => d.webhookId === b).length], [7, 1])
   })
 
   test(`${kind}: a replay ends at the cursor (what follows is made deliveries anyway); long replays and deletes go a batch at a time`, async (t) => {
