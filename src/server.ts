@@ -5,6 +5,7 @@ import { buildApp } from './app.js'
 import { startPruning } from './changes/retention.js'
 import { ConfigError, isPostgresUrl, type Config } from './config.js'
 import { openStore } from './store/open.js'
+import { PostgresStore } from './store/postgres.js'
 import { ALL_SCOPES, type Store } from './store/store.js'
 import { digestOf, generateToken } from './tokens.js'
 
@@ -62,6 +63,12 @@ export async function serve (config: Config): Promise<void> {
   // with another process's on a pipe.
   const logStream = pino.destination({ dest: 1, sync: false, ...(cluster.isWorker ? { maxWrite: PIPE_BUF } : {}) })
   const log = pino({ level: config.logLevel }, logStream)
+  if (store instanceof PostgresStore) {
+    store.onSearch = (event) => {
+      if ('lost' in event) log.warn({ host: event.lost }, 'database: host lost or no longer taking writes; looking for the one to write to (503 meanwhile)')
+      else log.info({ host: event.found, ms: event.ms }, 'database: writing to this host')
+    }
+  }
   const app = await buildApp({ config, store, log })
   try {
     await app.listen({ port: config.port, host: config.host })

@@ -148,6 +148,8 @@ export class PostgresStore implements Store {
   private url: string
   /** A search for the host to write to, under way: operations are answered 503 meanwhile. */
   private searching?: Promise<void>
+  /** Told when a search starts (the host lost) and when it ends (the host now written to, and how long it took): the server logs both. */
+  onSearch?: (event: { lost: string } | { found: string, ms: number }) => void
   private readonly limits: PostgresLimits
   private writes = 0
   private reads = 0
@@ -401,12 +403,15 @@ export class PostgresStore implements Store {
   private search (failed: pg.Pool): void {
     if (this.searching !== undefined || this.closed || failed !== this.pool) return
     const lost = this.pool
+    const started = Date.now()
+    this.onSearch?.({ lost: hostOf(this.url) })
     this.searching = (async () => {
       lost.end().catch(() => {}) // not awaited: its connections in use end as their work fails or finishes
       while (!this.closed) {
         try {
           this.url = await findHost(this.hosts, this.limits)
           this.pool = newPool(this.url, this.limits)
+          this.onSearch?.({ found: hostOf(this.url), ms: Date.now() - started })
           return
         } catch {
           await new Promise(resolve => setTimeout(resolve, SEARCH_PAUSE_MS))

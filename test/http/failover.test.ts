@@ -75,6 +75,8 @@ test('a synchronous standby promoted mid-load: only 200, 409 and 503 meanwhile, 
   assert.ok((statuses.get(503) ?? 0) > 0, 'the failover was seen')
   assert.ok(resumedMs < RESUME_BOUND_MS, `200s resumed ${resumedMs} ms after the kill`)
   assert.equal(await ready(), 200, '/readyz says 200 after it')
+  assert.match(server.stdout(), new RegExp(`"host":"127.0.0.1:${primary.port}".*looking for the one to write to`), 'the loss is logged')
+  assert.match(server.stdout(), new RegExp(`"host":"127.0.0.1:${standby.port}".*writing to this host`), 'and the new host')
 
   const kept = await stored(standby)
   const lost = [...acked].filter(([id, version]) => kept.get(id) !== version)
