@@ -15,7 +15,12 @@ export function isUniqueViolation (error: unknown): boolean {
  * disk), serialization failures and deadlocks (40001, 40P01: a retry succeeds).
  */
 export function isUnavailable (error: unknown): boolean {
-  return isHostLost(error) || /^53/.test(sqlstateOf(error)) || ['57014', '40001', '40P01'].includes(sqlstateOf(error))
+  return isHostLost(error) || isPoolBusy(error) || /^53/.test(sqlstateOf(error)) || ['57014', '40001', '40P01'].includes(sqlstateOf(error))
+}
+
+/** The pool had no connection free within the deadline: the process is busy, not the host lost. */
+function isPoolBusy (error: unknown): boolean {
+  return (error as { message?: unknown } | null)?.message === 'timeout exceeded when trying to connect'
 }
 
 /**
@@ -32,5 +37,5 @@ export function isHostLost (error: unknown): boolean {
   if (typeof code === 'string' && /^(ECONN|ETIMEDOUT|EPIPE|EHOSTUNREACH|ENETUNREACH|ENOTFOUND|EAI_AGAIN)/.test(code)) return true
   const message = (error as { message?: unknown } | null)?.message
   return typeof message === 'string' &&
-    /Connection terminated|timeout exceeded when trying to connect|Query read timeout|Client was closed|Client has encountered a connection error|Cannot use a pool after calling end/.test(message)
+    /Connection terminated|Query read timeout|Client was closed|Client has encountered a connection error|Cannot use a pool after calling end/.test(message)
 }

@@ -17,13 +17,18 @@ const TARGETS: TargetSession[] = ['primary', 'read-write', 'any']
 
 /** The hosts of `url` and the session they must offer; a URL libpq would take and this cannot throws, naming what is wrong (never the password). */
 export function databaseHosts (url: string): DatabaseHosts {
-  const match = /^(postgres(?:ql)?:\/\/)(?:([^@/?#]*)@)?([^/?#]*)(.*)$/.exec(url)
+  // The authority ends at the first '/' (a password holding '/', '?' or '#' must be percent-encoded
+  // anyway); the user info at its last '@', since a password may hold one.
+  const match = /^(postgres(?:ql)?:\/\/)([^/]*)(.*)$/.exec(url)
   if (match === null) throw new Error('DATABASE_URL is not a postgres:// URL.')
-  const [, scheme, userInfo, hostList, rest] = match
+  const [, scheme, authority, rest] = match
+  const at = authority.lastIndexOf('@')
+  const userInfo = at === -1 ? undefined : authority.slice(0, at)
+  const hostList = authority.slice(at + 1)
   // No host name holds a comma (an IPv6 address is in brackets, its colons apart from the port's).
   const hosts = hostList.split(',')
-  if (hosts.some(host => !/^(\[[0-9A-Fa-f:.]+\]|[^:[\]]*)(:\d{1,5})?$/.test(host)) || (hosts.length > 1 && hosts.some(host => host === ''))) {
-    throw new Error(`DATABASE_URL's host list "${hostList}" is not host[:port][,host[:port]…].`)
+  if (hosts.some(host => !/^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._~%-]*)(:\d{1,5})?$/.test(host)) || (hosts.length > 1 && hosts.some(host => host === ''))) {
+    throw new Error('DATABASE_URL\'s hosts are not host[:port][,host[:port]…] (a password holding "/", "?" or "#" must be percent-encoded).')
   }
   const query = new URLSearchParams(/\?([^#]*)/.exec(rest)?.[1] ?? '')
   const asked = query.get('target_session_attrs')
@@ -39,7 +44,8 @@ export function databaseHosts (url: string): DatabaseHosts {
 
 /** The host:port part of a one-host URL, for log lines and errors (never the user or password). */
 export function hostOf (url: string): string {
-  return /^postgres(?:ql)?:\/\/(?:[^@/?#]*@)?([^/?#]*)/.exec(url)?.[1] || 'localhost'
+  const authority = /^postgres(?:ql)?:\/\/([^/]*)/.exec(url)?.[1] ?? ''
+  return authority.slice(authority.lastIndexOf('@') + 1) || 'localhost'
 }
 
 /**

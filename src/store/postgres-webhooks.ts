@@ -83,7 +83,7 @@ const WAITING_SQL = `SELECT * FROM (SELECT w.id, w.url,
 
 type Query = <R extends pg.QueryResultRow>(text: string, values?: unknown[]) => Promise<pg.QueryResult<R>>
 
-/** The store's WebhookStore: `read` runs a statement on the pool, `transaction` work on one connection in one transaction. */
+/** The store's WebhookStore: `read` runs reads on the pool, `transaction` work on one connection in one transaction (every write: its COMMIT checked). */
 export function postgresWebhooks (read: <T>(work: (query: Query) => Promise<T>) => Promise<T>, transaction: <T>(work: (query: Query) => Promise<T>) => Promise<T>): WebhookStore {
   const withAttempts = async (query: Query, rows: DeliveryRow[]): Promise<Delivery[]> => {
     const { rows: attempts } = await query<AttemptRow>('SELECT delivery_id, at, status_code, error, duration_ms FROM webhook_attempts WHERE delivery_id = ANY($1::int8[]) ORDER BY at', [rows.map(row => row.id.toString())])
@@ -127,7 +127,7 @@ export function postgresWebhooks (read: <T>(work: (query: Query) => Promise<T>) 
     create: (subscription, now) => {
       // PostgreSQL's text cannot hold U+0000 (a URL with one is refused before: src/webhooks/addresses.ts).
       if (subscription.tag?.includes('\u0000') === true) return Promise.reject(new UnstorableTextError('The tag holds the character U+0000, which this store cannot keep; remove it.'))
-      return read(async (query) => {
+      return transaction(async (query) => {
         const { rows } = await query<SubscriptionRow>(`INSERT INTO webhooks (url, events, tag, secret, cursor, created_at)
           SELECT $1, $2, $3, $4, head, $5 FROM change_log RETURNING ${SUBSCRIPTION_COLUMNS}`,
         [subscription.url, subscription.events.join(' '), subscription.tag ?? null, subscription.secret, now])
@@ -140,8 +140,8 @@ export function postgresWebhooks (read: <T>(work: (query: Query) => Promise<T>) 
       const { rowCount } = await query("UPDATE webhooks SET disabled_at = coalesce(disabled_at, $2), disabled_reason = 'Being deleted.' WHERE id = $1", [id, new Date()])
       if (rowCount === 0) return false
       return (await query('DELETE FROM webhook_deliveries WHERE id IN (SELECT id FROM webhook_deliveries WHERE webhook_id = $1 ORDER BY id LIMIT $2)', [id, WEBHOOK_BATCH])).rowCount ?? 0
-    }), () => read(async (query) => (await query('DELETE FROM webhooks WHERE id = $1', [id])).rowCount === 1)),
-    rotate: (id, secret, previousUntil) => read(async (query) =>
+    }), () => transaction(async (query) => (await query('DELETE FROM webhooks WHERE id = $1', [id])).rowCount === 1)),
+    rotate: (id, secret, previousUntil) => transaction(async (query) =>
       (await query('UPDATE webhooks SET previous_secret = secret, previous_until = $1, secret = $2 WHERE id = $3', [previousUntil, secret, id])).rowCount === 1),
     enable: (id, now) => transaction(async (query) => {
       // Only a disabled subscription moves: an enabled one keeps its cursor and its schedule.
@@ -168,7 +168,7 @@ export function postgresWebhooks (read: <T>(work: (query: Query) => Promise<T>) 
         // A disabled subscription's cursor stopped at its disabling; enable moves it to the head then, past what a replay queues now.
         return rows[0].disabled ? rows[0].head : rows[0].cursor
       })
-      return typeof end !== 'bigint' ? end : await replayInBatches(after, end, (from, to) => read(async (query) => (await query(DELIVER_SQL, [id, from.toString(), to.toString(), now])).rowCount ?? 0))
+      return typeof end !== 'bigint' ? end : await replayInBatches(after, end, (from, to) => transaction(async (query) => (await query(DELIVER_SQL, [id, from.toString(), to.toString(), now])).rowCount ?? 0))
     },
     enqueue: (now, batch) => transaction(async (query) => {
       // Subscriptions another instance is making deliveries for are passed over: it makes them.
@@ -209,7 +209,7 @@ export function postgresWebhooks (read: <T>(work: (query: Query) => Promise<T>) 
         (SELECT count(*)::int FROM webhooks WHERE disabled_at IS NOT NULL) AS disabled`, [now])
       return rows[0]
     }),
-    prune: (before, batch) => read(async (query) =>
+    prune: (before, batch) => transaction(async (query) =>
       (await query(`DELETE FROM webhook_deliveries WHERE id IN (
         SELECT id FROM webhook_deliveries WHERE status <> 'pending' AND created_at < $1 ORDER BY id LIMIT $2)`, [before, batch])).rowCount ?? 0)
   }

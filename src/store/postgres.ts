@@ -103,6 +103,8 @@ function poolConfig (url: string, limits: PostgresLimits): pg.PoolConfig {
 function newPool (url: string, limits: PostgresLimits): pg.Pool {
   const pool = new pg.Pool(poolConfig(url, limits))
   pool.on('error', () => {}) // the pool removes that connection and opens another when needed
+  // COMMIT's warnings must reach us (commit), whatever the role or database set: queued before any other query.
+  pool.on('connect', client => { client.query('SET client_min_messages TO warning').catch(() => {}) })
   return pool
 }
 
@@ -116,7 +118,8 @@ const SEARCH_PAUSE_MS = 250
 async function findHost (hosts: DatabaseHosts, limits: PostgresLimits): Promise<string> {
   const refusals: string[] = []
   for (const url of hosts.urls) {
-    const client = new pg.Client(connectionConfig(url, limits))
+    // A host that takes the connection and then stops answering is passed over within the deadline.
+    const client = new pg.Client({ ...connectionConfig(url, limits), query_timeout: limits.writeTimeoutMs })
     client.on('error', () => {})
     try {
       await client.connect()
@@ -198,6 +201,7 @@ export class PostgresStore implements Store {
    * nature: migrations, exports, imports. The caller ends it.
    */
   private async connectAlone (): Promise<pg.Client> {
+    if (this.searching !== undefined) throw new StoreUnavailableError('The database host was lost; the store is looking for the one to write to.')
     // Keepalive probes find a peer that vanished without a reset: these statements have no timeout.
     const client = new pg.Client(connectionConfig(this.url, this.limits))
     client.on('error', () => {}) // a query under way fails by itself; the error event alone would end the process
@@ -372,14 +376,15 @@ export class PostgresStore implements Store {
   }
 
   revokeToken (nameOrId: string): Promise<TokenRecord | undefined> {
-    return this.run('writes', async () => {
+    // A transaction, so that its COMMIT is checked (commit): a revocation lost in a failover must not be answered as done.
+    return this.run('writes', async (answered) => await this.transaction(async (client) => {
       const now = new Date()
-      const byName = await this.query<TokenRow>('UPDATE tokens SET revoked_at = $1 WHERE name = $2 AND revoked_at IS NULL RETURNING *', [now, nameOrId])
+      const byName = await client.query<TokenRow>('UPDATE tokens SET revoked_at = $1 WHERE name = $2 AND revoked_at IS NULL RETURNING *', [now, nameOrId])
       if (byName.rows.length > 0) return rowToToken(byName.rows[0])
       if (!/^\d{1,18}$/.test(nameOrId)) return undefined
-      const byId = await this.query<TokenRow>('UPDATE tokens SET revoked_at = coalesce(revoked_at, $1) WHERE id = $2::int8 RETURNING *', [now, nameOrId])
+      const byId = await client.query<TokenRow>('UPDATE tokens SET revoked_at = coalesce(revoked_at, $1) WHERE id = $2::int8 RETURNING *', [now, nameOrId])
       return byId.rows.length === 0 ? undefined : rowToToken(byId.rows[0])
-    })
+    }, answered))
   }
 
   exportPlants (): AsyncIterable<PlantRecord[]> {
@@ -401,23 +406,33 @@ export class PostgresStore implements Store {
    * use starts a search: those of the old pool's calls, ending after the move, are its past.
    */
   private search (failed: pg.Pool): void {
+    // One host taken as it is (`any`): nothing to choose; the pool drops the failed connection and opens others, as ever.
+    if (this.hosts.urls.length === 1 && this.hosts.target === 'any') return
     if (this.searching !== undefined || this.closed || failed !== this.pool) return
-    const lost = this.pool
     const started = Date.now()
-    this.onSearch?.({ lost: hostOf(this.url) })
+    this.tell({ lost: hostOf(this.url) })
     this.searching = (async () => {
-      lost.end().catch(() => {}) // not awaited: its connections in use end as their work fails or finishes
       while (!this.closed) {
         try {
-          this.url = await findHost(this.hosts, this.limits)
-          this.pool = newPool(this.url, this.limits)
-          this.onSearch?.({ found: hostOf(this.url), ms: Date.now() - started })
+          const found = await findHost(this.hosts, this.limits)
+          // The same host (a connection lost, the host still the one): the pool stays, only its failed connections went.
+          if (found !== this.url) {
+            this.pool.end().catch(() => {}) // not awaited: its connections in use end as their work fails or finishes
+            this.url = found
+            this.pool = newPool(found, this.limits)
+          }
+          this.tell({ found: hostOf(found), ms: Date.now() - started })
           return
         } catch {
           await new Promise(resolve => setTimeout(resolve, SEARCH_PAUSE_MS))
         }
       }
     })().finally(() => { this.searching = undefined })
+  }
+
+  /** Tells onSearch, whose failures are not the store's. */
+  private tell (event: Parameters<NonNullable<PostgresStore['onSearch']>>[0]): void {
+    try { this.onSearch?.(event) } catch {}
   }
 
   /** Refuses new calls, lets those under way finish, and closes the pool's connections. */

@@ -71,7 +71,8 @@ test('a synchronous standby promoted mid-load: only 200, 409 and 503 meanwhile, 
   await load
   t.diagnostic(`${acked.size} writes acknowledged; answers ${JSON.stringify(Object.fromEntries(statuses))}; 200s resumed ${resumedMs} ms after the kill, ${resumedAt! - promotedAt} ms after the promotion`)
 
-  assert.deepEqual([...statuses.keys()].filter(status => ![200, 409, 503].includes(status)), [], 'only 200, 409 and 503')
+  // The SPEC allows 409 too; identical retries of fresh ids can only be 200 or 503.
+  assert.deepEqual([...statuses.keys()].filter(status => ![200, 503].includes(status)), [], 'only 200 and 503')
   assert.ok((statuses.get(503) ?? 0) > 0, 'the failover was seen')
   assert.ok(resumedMs < RESUME_BOUND_MS, `200s resumed ${resumedMs} ms after the kill`)
   assert.equal(await ready(), 200, '/readyz says 200 after it')

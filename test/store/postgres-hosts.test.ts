@@ -31,5 +31,7 @@ test('a lost connection, a server shutting down or starting, and a read-only ref
   }
   assert.ok(isHostLost(new Error('Connection terminated unexpectedly')))
   for (const code of ['57014', '40001', '40P01', '53300']) assert.ok(isUnavailable({ code }) && !isHostLost({ code }), `${code}: a 503 on a host that is fine`)
+  const busy = new Error('timeout exceeded when trying to connect') // pg-pool: no connection free within the deadline
+  assert.ok(isUnavailable(busy) && !isHostLost(busy), 'a busy pool is a 503, not a failover')
   for (const code of ['23505', '42P01', '22021']) assert.ok(!isUnavailable({ code }), `${code}: a bug or a refusal, not a 503`)
 })

@@ -14,6 +14,7 @@ test('several hosts: one URL each, in order, the rest of the URL kept as written
     target: 'primary'
   })
   assert.equal(databaseHosts('postgres://a,b/db?target_session_attrs=any').target, 'any')
+  assert.deepEqual(databaseHosts('postgres://u:p@ss,w@h1,h2/db').urls, ['postgres://u:p@ss,w@h1/db', 'postgres://u:p@ss,w@h2/db'], 'a password holding "@" and ","')
 })
 
 test('one host is as before: the URL unchanged, any session', () => {
@@ -27,9 +28,10 @@ test('what the service cannot take is refused with a sentence, never the passwor
   for (const [url, message] of [
     ['postgres://u:secret@a,b/db?target_session_attrs=standby', /target_session_attrs is "standby".*primary, read-write, any/],
     ['postgres://u:secret@a,b/db?target_session_attrs=prefer-standby', /prefer-standby/],
-    ['postgres://u:secret@a,,b/db', /host list "a,,b"/],
-    ['postgres://u:secret@a:54x/db', /host list "a:54x"/],
-    ['postgres://u:secret@a:5432,[zz]/db', /host list/]
+    ['postgres://u:secret@a,,b/db', /hosts are not host\[:port\]/],
+    ['postgres://u:secret@a:54x/db', /hosts are not/],
+    ['postgres://u:secret@a:5432,[zz]/db', /hosts are not/],
+    ['postgres://u:secret@a b,c/db', /percent-encoded/]
   ] as const) {
     assert.throws(() => databaseHosts(url), (error: Error) => message.test(error.message) && !error.message.includes('secret'), url)
   }
@@ -38,4 +40,5 @@ test('what the service cannot take is refused with a sentence, never the passwor
 test('a host named for a log line is its host and port alone', () => {
   assert.equal(hostOf('postgres://u:secret@h2:5433/db?x=1'), 'h2:5433')
   assert.equal(hostOf('postgres:///db'), 'localhost')
+  assert.equal(hostOf('postgres://u:p@ss@h1:5432/db'), 'h1:5432')
 })
