@@ -95,7 +95,9 @@ function poolConfig (url: string, limits: PostgresLimits): pg.PoolConfig {
     // log's head, which every plant write waits for, until TCP notices: PostgreSQL ends it.
     idle_in_transaction_session_timeout: limits.writeTimeoutMs,
     query_timeout: limits.writeTimeoutMs + 1000,
-    idleTimeoutMillis: 30_000
+    idleTimeoutMillis: 30_000,
+    // COMMIT's warnings must reach us (commit), whatever the role or database set; pg-pool hands the connection out once this is done.
+    onConnect: async (client) => { await client.query('SET client_min_messages TO warning') }
   }
 }
 
@@ -103,8 +105,6 @@ function poolConfig (url: string, limits: PostgresLimits): pg.PoolConfig {
 function newPool (url: string, limits: PostgresLimits): pg.Pool {
   const pool = new pg.Pool(poolConfig(url, limits))
   pool.on('error', () => {}) // the pool removes that connection and opens another when needed
-  // COMMIT's warnings must reach us (commit), whatever the role or database set: queued before any other query.
-  pool.on('connect', client => { client.query('SET client_min_messages TO warning').catch(() => {}) })
   return pool
 }
 

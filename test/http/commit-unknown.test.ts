@@ -90,7 +90,9 @@ test('PostgreSQL: a wait for synchronous replication cancelled is a 503, though 
   const primary = await primaryAlone(t)
   const store = await PostgresStore.open(primary.url, { writeTimeoutMs: 10_000 })
   t.after(() => store.close())
-  // A synchronous standby that never comes: every commit waits for it, until cancelled.
+  // A synchronous standby that never comes: every commit waits for it, until cancelled. And a
+  // server that sends clients no warnings by default: the store asks for them on its connections.
+  await primary.query("ALTER SYSTEM SET client_min_messages = 'error'")
   await primary.query("ALTER SYSTEM SET synchronous_standby_names = 'nobody'")
   await primary.query('SELECT pg_reload_conf()')
   await waitFor(async () => (await primary.query('SHOW synchronous_standby_names')).rows[0].synchronous_standby_names === 'nobody', 'the setting applies')
