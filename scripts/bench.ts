@@ -1,6 +1,7 @@
 // Throughput, latency and memory of plantstore against yardsticks that do only the minimal work
-// the contract allows (scripts/yardsticks.ts, issue 12): POST against the bare ceiling and the
-// naive durable server, GET /plants/{id} against a bare point read, the page against a bare page
+// the contract allows (scripts/yardsticks.ts, issue 12): POST against the bare ceiling, the
+// naive durable server and the Fastify durable one (scripts/yardstick-fastify.ts: this service's
+// framework, contract and store, nothing else, issue 21), GET /plants/{id} against a bare point read, the page against a bare page
 // read. Commands (see also scripts/README.md):
 //   npm run bench             5 rounds of get, list and post, 3 s warm-up and 10 s measured per server and round
 //   npm run bench:writes      the store alone: CPU per write (scripts/bench-writes.ts)
@@ -19,13 +20,13 @@ import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { createServer } from 'node:net'
 import { availableParallelism, cpus, loadavg, totalmem, tmpdir } from 'node:os'
-import { join, resolve } from 'node:path'
+import { dirname, join, resolve } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import Database from 'better-sqlite3'
 import { queryOnce } from './postgres-query.js'
 
 type ScenarioName = 'get' | 'list' | 'post'
-type YardstickName = 'ceiling' | 'durable' | 'get' | 'list' | 'postgres' | 'postgres-js'
+type YardstickName = 'ceiling' | 'durable' | 'fastify' | 'get' | 'list' | 'postgres' | 'postgres-js'
 /**
  * The service as it runs; POST also with one SSE reader following its change feed, with one
  * webhook subscriber answering 204, with one whose address refuses connections, and
@@ -114,11 +115,12 @@ const PINNED = availableParallelism() >= 2 && POSTGRES_URL === undefined
 const SCENARIOS: Record<ScenarioName, { label: string, yardsticks: YardstickName[] }> = {
   get: { label: 'GET /plants/{id}', yardsticks: ['get'] },
   list: { label: 'GET /plants?limit=100', yardsticks: ['list'] },
-  post: { label: 'POST /plants', yardsticks: ['ceiling', 'durable'] }
+  post: { label: 'POST /plants', yardsticks: ['ceiling', 'durable', 'fastify'] }
 }
 const YARDSTICKS: Record<YardstickName, string> = {
   ceiling: 'bare ceiling',
   durable: 'naive durable',
+  fastify: 'Fastify durable',
   get: 'bare point read',
   list: 'bare page read',
   postgres: 'bare pg',
@@ -161,7 +163,7 @@ function yardsticksOf (scenario: ScenarioName, options: Options): YardstickName[
 }
 /** Issue 12's targets: the service's median ratio to each yardstick, its p99 and its peak memory. */
 const TARGETS = {
-  ratio: { 'post/ceiling': 0.8, 'post/durable': 1.0, 'get/get': 0.95, 'list/list': 0.7, 'post/postgres': 0.7 } as Record<string, number | undefined>,
+  ratio: { 'post/ceiling': 0.8, 'post/durable': 1.0, 'post/fastify': 0.9, 'get/get': 0.95, 'list/list': 0.7, 'post/postgres': 0.7 } as Record<string, number | undefined>,
   p99Ms: 10,
   peakRssMiB: 120
 }
@@ -287,7 +289,7 @@ function compileYardsticks (): string {
   const dir = mkdtempSync(join(ROOT, 'node_modules/.cache/plantstore-bench-'))
   tempDirs.push(dir)
   const tsc = join(ROOT, 'node_modules/.bin/tsc')
-  const args = ['--ignoreConfig', '--outDir', dir, '--module', 'nodenext', '--moduleResolution', 'nodenext', '--target', 'es2022', '--types', 'node', '--skipLibCheck', '--strict', 'scripts/yardsticks.ts']
+  const args = ['--ignoreConfig', '--outDir', dir, '--module', 'nodenext', '--moduleResolution', 'nodenext', '--target', 'es2022', '--types', 'node', '--skipLibCheck', '--strict', 'scripts/yardsticks.ts', 'scripts/yardstick-fastify.ts']
   const run = spawnSync(tsc, args, { cwd: ROOT, encoding: 'utf8' })
   if (run.status !== 0) throw new Error(`compiling scripts/yardsticks.ts failed:\n${run.stdout}${run.stderr}`)
   writeFileSync(join(dir, 'package.json'), '{"type":"module"}\n')
@@ -309,7 +311,9 @@ function seedFile (path: string): void {
 async function startYardstick (name: YardstickName, script: string, token: string, database: string): Promise<Server> {
   const env: Record<string, string> = { HOST: '127.0.0.1', YARDSTICK: name, YARDSTICK_TOKEN: token }
   if (name === 'postgres' || name === 'postgres-js') env.DATABASE_URL = database
-  else if (name !== 'ceiling') env.DATABASE_PATH = join(database, name === 'durable' ? 'durable.db' : 'seeded.db')
+  else if (name !== 'ceiling') env.DATABASE_PATH = join(database, name === 'durable' || name === 'fastify' ? `${name}.db` : 'seeded.db')
+  // The Fastify durable yardstick is a script of its own, on the built service's modules (scripts/yardstick-fastify.ts).
+  if (name === 'fastify') return await startServer(name, [join(dirname(script), 'yardstick-fastify.js')], { ...env, PLANTSTORE_ROOT: ROOT })
   return await startServer(name, [script], env)
 }
 
