@@ -10,7 +10,7 @@
 //   BENCH_DATABASE_URL=postgres://… npm run bench   the same scenarios on PostgreSQL, against the
 //                             postgres yardstick (bare node:http, pg, the store's statements), on
 //                             one and on two instances of each, a fresh schema per scenario
-// Settings: BENCH_SECONDS (10)  BENCH_ROUNDS (5)  BENCH_CONNECTIONS (64)  BENCH_ONLY (get,list,post)  BENCH_SOAK_SECONDS (off)
+// Settings: BENCH_SECONDS (10)  BENCH_ROUNDS (5)  BENCH_CONNECTIONS (64)  BENCH_ONLY (get,list,post)  BENCH_SOAK_SECONDS (off)  BENCH_AS_USER (off)
 //           BENCH_DATABASE_URL (unset: SQLite)  BENCH_INSTANCES (PostgreSQL: 1,2)  BENCH_YARDSTICKS (PostgreSQL: postgres; or postgres,postgres-js)
 // Each scenario runs in rounds, and within a round the yardsticks and the service take turns in
 // an order rotated from round to round, so that all meet the same machine and none always goes
@@ -104,7 +104,11 @@ const WARMUP_SECONDS = 3
 // longer wait the stall stays in p99, where it belongs.
 const WRK_TIMEOUT_SECONDS = 10
 const SEED_COUNT = 10_000
-const LOG_LEVEL = 'warn'
+// BENCH_AS_USER=1: the service as a user runs it, logging at info with the rate limit on (above the
+// bench's load); by default at warn with the rate limit off, the least it can do (issue 21 reports both).
+const AS_USER = process.env.BENCH_AS_USER === '1'
+const LOG_LEVEL = AS_USER ? 'info' : 'warn'
+const RATE_LIMIT = AS_USER ? '100000000' : '0'
 const POSTGRES_URL = process.env.BENCH_DATABASE_URL
 const BASE = process.env.BENCH_BASE === undefined ? undefined : resolve(process.env.BENCH_BASE)
 // On PostgreSQL nothing is pinned: the database's processes need the cores too, and two
@@ -330,7 +334,7 @@ const SERVICE_ARGUMENTS = startArguments()
 
 async function startService (databaseUrl: string, name: ServiceName = 'service', token?: string): Promise<Server> {
   const hooked = name === 'service-hook' || name === 'service-hook-down'
-  const env = { HOST: '127.0.0.1', DATABASE_URL: databaseUrl, LOG_LEVEL, RATE_LIMIT_PER_MINUTE: '0', ...(hooked ? { WEBHOOKS_ALLOW_PRIVATE: 'true' } : {}) }
+  const env = { HOST: '127.0.0.1', DATABASE_URL: databaseUrl, LOG_LEVEL, RATE_LIMIT_PER_MINUTE: RATE_LIMIT, ...(hooked ? { WEBHOOKS_ALLOW_PRIVATE: 'true' } : {}) }
   const server = await startServer(name, SERVICE_ARGUMENTS, env, name === 'base' ? BASE : ROOT)
   const beside = (script: string, ...args: string[]): { child: ChildProcess, output: string[] } => {
     const [command, ...rest] = pinned(1, [process.execPath, '-e', script, ...args])
@@ -749,7 +753,7 @@ function context (): Record<string, unknown> {
 function notes (options: Options, machine: Record<string, unknown>): string[] {
   const postgres = options.databaseUrl !== undefined
   return [
-    `Note: the service ran as npm start does (node ${SERVICE_ARGUMENTS.join(' ')}), with LOG_LEVEL=${LOG_LEVEL} and RATE_LIMIT_PER_MINUTE=0, ` +
+    `Note: the service ran as npm start does (node ${SERVICE_ARGUMENTS.join(' ')}), with LOG_LEVEL=${LOG_LEVEL} and RATE_LIMIT_PER_MINUTE=${RATE_LIMIT}, ` +
       (postgres ? `on PostgreSQL: a fresh schema per scenario and instance count, holding ${SEED_COUNT} seeded plants.` : 'on a fresh SQLite file.'),
     `Note: wrk -t1 -c${options.connections} --timeout ${WRK_TIMEOUT_SECONDS}s; ${options.rounds} rounds per scenario, the servers' turns rotated each round; ` +
       `${WARMUP_SECONDS} s warm-up then ${options.seconds} s measured per server and round; ` +
@@ -959,7 +963,7 @@ async function main (): Promise<void> {
     const results = await run(options)
     const extra = [...notes(options, machine), ...await stopFollowers(), ...results.errors, ...serviceProblems()]
     console.log('\n' + extra.join('\n'))
-    const settings = { ...options, databaseUrl: options.databaseUrl === undefined ? undefined : 'set', warmupSeconds: WARMUP_SECONDS, threads: 1, pinned: PINNED, logLevel: LOG_LEVEL, seeded: SEED_COUNT }
+    const settings = { ...options, databaseUrl: options.databaseUrl === undefined ? undefined : 'set', warmupSeconds: WARMUP_SECONDS, threads: 1, pinned: PINNED, logLevel: LOG_LEVEL, rateLimitPerMinute: Number(RATE_LIMIT), seeded: SEED_COUNT }
     const ended = { loadAverageAtEnd: loadavg().map(n => Math.round(n * 100) / 100) }
     writeFileSync('bench-results.json', JSON.stringify({ date: new Date().toISOString(), ...machine, ...ended, settings, ...results, notes: extra }, null, 2) + '\n')
     console.log('Results written to bench-results.json')
