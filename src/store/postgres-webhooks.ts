@@ -5,8 +5,8 @@
 import type pg from 'pg'
 import { UnstorableTextError } from '../errors.js'
 import { rowToPlant } from './postgres-rows.js'
-import { readFrom, type ChangeType, type LogBounds } from './store.js'
-import { DELIVERY_COLUMNS, FAILING_LIMIT_MS, FAILING_REASON, offers, removeInBatches, replayInBatches, streaksOf, SUBSCRIPTION_COLUMNS, WEBHOOK_BATCH, type AttemptOutcome, type ClaimedDelivery, type Delivery, type DeliveryStatus, type Subscription, type WebhookStore } from './webhooks.js'
+import type { ChangeType, LogBounds } from './store.js'
+import { DELIVERY_COLUMNS, FAILING_LIMIT_MS, FAILING_REASON, offers, removeInBatches, replayEnd, replayInBatches, streaksOf, SUBSCRIPTION_COLUMNS, WEBHOOK_BATCH, type AttemptOutcome, type ClaimedDelivery, type Delivery, type DeliveryStatus, type Subscription, type WebhookStore } from './webhooks.js'
 
 interface SubscriptionRow { id: bigint, url: string, events: string, tag: string | null, disabled_at: Date | null, disabled_reason: string | null, created_at: Date }
 interface DeliveryRow { id: bigint, webhook_id: bigint, position: bigint, type: ChangeType, plant_id: bigint, name: string, tag: string | null, status: DeliveryStatus, attempts: number, next_at: Date, created_at: Date }
@@ -163,10 +163,7 @@ export function postgresWebhooks (read: <T>(work: (query: Query) => Promise<T>) 
       const end = await read(async (query) => {
         const { rows } = await query<LogBounds & { cursor: bigint, disabled: boolean }>(`SELECT w.cursor, w.disabled_at IS NOT NULL AS disabled, l.head,
           coalesce((SELECT min(position) - 1 FROM changes), l.head) AS floor FROM webhooks w, change_log l WHERE w.id = $1`, [id])
-        if (rows.length === 0) return 'not-found'
-        if (readFrom(after, rows[0]) === 'gone') return 'gone'
-        // A disabled subscription's cursor stopped at its disabling; enable moves it to the head then, past what a replay queues now.
-        return rows[0].disabled ? rows[0].head : rows[0].cursor
+        return rows.length === 0 ? 'not-found' : replayEnd(after, rows[0], rows[0])
       })
       return typeof end !== 'bigint' ? end : await replayInBatches(after, end, (from, to) => transaction(async (query) => (await query(DELIVER_SQL, [id, from.toString(), to.toString(), now])).rowCount ?? 0))
     },

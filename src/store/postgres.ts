@@ -108,6 +108,9 @@ function newPool (url: string, limits: PostgresLimits): pg.Pool {
   return pool
 }
 
+/** The refusal of every call while the store looks for the host to write to. */
+const searchingError = (): StoreUnavailableError => new StoreUnavailableError('The database host was lost; the store is looking for the one to write to.')
+
 /** How long a search for the primary waits between two rounds of its hosts. */
 const SEARCH_PAUSE_MS = 250
 
@@ -201,7 +204,7 @@ export class PostgresStore implements Store {
    * nature: migrations, exports, imports. The caller ends it.
    */
   private async connectAlone (): Promise<pg.Client> {
-    if (this.searching !== undefined) throw new StoreUnavailableError('The database host was lost; the store is looking for the one to write to.')
+    if (this.searching !== undefined) throw searchingError()
     // Keepalive probes find a peer that vanished without a reset: these statements have no timeout.
     const client = new pg.Client(connectionConfig(this.url, this.limits))
     client.on('error', () => {}) // a query under way fails by itself; the error event alone would end the process
@@ -222,7 +225,7 @@ export class PostgresStore implements Store {
    */
   private run<T> (kind: 'writes' | 'reads', work: (answered: () => boolean) => Promise<T>): Promise<T> {
     if (this.closed) return Promise.reject(new StoreUnavailableError('The store is closed.'))
-    if (this.searching !== undefined) return Promise.reject(new StoreUnavailableError('The database host was lost; the store is looking for the one to write to.'))
+    if (this.searching !== undefined) return Promise.reject(searchingError())
     const cap = kind === 'writes' ? this.limits.writesInFlight : this.limits.readsPending
     if (this[kind] >= cap) return Promise.reject(new StoreUnavailableError(`${cap} ${kind} are in flight, as many as the store takes on.`, 'capacity'))
     this[kind]++

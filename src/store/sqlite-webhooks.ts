@@ -2,8 +2,8 @@
 // commit, like every write), the reads on the read connection. Times are ms since the epoch.
 import type Database from 'better-sqlite3'
 import { BOUNDS_SQL, rowToPlant } from './sqlite-rows.js'
-import { readFrom, type ChangeType, type LogBounds } from './store.js'
-import { DELIVERY_COLUMNS, FAILING_LIMIT_MS, FAILING_REASON, offers, removeInBatches, replayInBatches, streaksOf, SUBSCRIPTION_COLUMNS, WEBHOOK_BATCH, type AttemptOutcome, type ClaimedDelivery, type Delivery, type DeliveryStatus, type NewSubscription, type Outlook, type Subscription, type WebhookStore } from './webhooks.js'
+import type { ChangeType, LogBounds } from './store.js'
+import { DELIVERY_COLUMNS, FAILING_LIMIT_MS, FAILING_REASON, offers, removeInBatches, replayEnd, replayInBatches, streaksOf, SUBSCRIPTION_COLUMNS, WEBHOOK_BATCH, type AttemptOutcome, type ClaimedDelivery, type Delivery, type DeliveryStatus, type NewSubscription, type Outlook, type Subscription, type WebhookStore } from './webhooks.js'
 
 interface SubscriptionRow { id: bigint, url: string, events: string, tag: string | null, disabled_at: bigint | null, disabled_reason: string | null, created_at: bigint }
 interface DeliveryRow { id: bigint, webhook_id: bigint, position: bigint, type: ChangeType, plant_id: bigint, name: string, tag: string | null, status: DeliveryStatus, attempts: bigint, next_at: bigint }
@@ -122,10 +122,7 @@ export function webhookWrites (db: Database.Database) {
     webhookReplayEnd: (id: number, after: bigint): bigint | 'gone' | 'not-found' => {
       const subscription = sql.replayEnd.get(id) as { cursor: bigint, disabled: bigint } | undefined
       if (subscription === undefined) return 'not-found'
-      const bounds = sql.bounds.get() as LogBounds
-      if (readFrom(after, bounds) === 'gone') return 'gone'
-      // A disabled subscription's cursor stopped at its disabling; enable moves it to the head then, past what a replay queues now.
-      return subscription.disabled === 1n ? bounds.head : subscription.cursor
+      return replayEnd(after, { cursor: subscription.cursor, disabled: subscription.disabled === 1n }, sql.bounds.get() as LogBounds)
     },
     webhookReplay: (id: number, after: bigint, end: bigint, now: number): number => sql.deliver.run({ id, after, end, now }).changes,
     webhookEnqueue: (now: number, batch: number): number => {

@@ -1,7 +1,7 @@
 // What the stores keep of webhooks (SPEC section 5): subscriptions, and their deliveries, which
 // come out of the change log. The dispatcher (src/webhooks/dispatcher.ts) decides when and what;
 // the store keeps it durable and hands each due delivery to one sender at a time (a lease).
-import type { ChangeType, PlantRecord } from './store.js'
+import { readFrom, type ChangeType, type LogBounds, type PlantRecord } from './store.js'
 
 export interface Subscription {
   id: number
@@ -162,6 +162,17 @@ export function * offers (leased: number[], limits: { total: number, perSubscrip
 
 /** Changes made deliveries, or deliveries deleted, per statement, where a request asks for many (replay, delete). */
 export const WEBHOOK_BATCH = 1000
+
+/**
+ * Where a replay after `after` ends: at the subscription's cursor (the changes past it are made
+ * deliveries anyway); for a disabled one, whose cursor stopped at its disabling, at the head
+ * (enable moves the cursor there, past what the replay queues). 'gone' when the log no longer
+ * holds the changes after `after`.
+ */
+export function replayEnd (after: bigint, subscription: { cursor: bigint, disabled: boolean }, bounds: LogBounds): bigint | 'gone' {
+  if (readFrom(after, bounds) === 'gone') return 'gone'
+  return subscription.disabled ? bounds.head : subscription.cursor
+}
 
 /** A replay of (after, end] a batch of positions at a time, each its own transaction (`deliver`); answers how many it queued. */
 export async function replayInBatches (after: bigint, end: bigint, deliver: (from: bigint, to: bigint) => Promise<number>): Promise<number> {
