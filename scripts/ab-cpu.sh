@@ -4,8 +4,10 @@
 # take turns in short bursts (the order alternating), so both meet the same machine minute by
 # minute. The server's own CPU time (utime + stime from /proc) per answered request moves less
 # than req/s when other work shares the machine. The service runs as `npm start` does, with
-# LOG_LEVEL=warn and no rate limit; servers pinned to CPU 0, wrk to CPU 1 (taskset), as in the bench.
-# Usage: scripts/ab-cpu.sh OTHER_CHECKOUT [post|get|list] [PAIRS (20)] [SECONDS a burst (3)]
+# LOG_LEVEL=warn and no rate limit (with BENCH_AS_USER=1: LOG_LEVEL=info and the rate limit on, above
+# the load); servers pinned to CPU 0, wrk to CPU 1 (taskset), as in the bench.
+# A_ENV and B_ENV add settings to one side ("LOG_LEVEL=info"): with OTHER_CHECKOUT this one, the
+# cost of a setting. Usage: scripts/ab-cpu.sh OTHER_CHECKOUT [post|get|list] [PAIRS (20)] [SECONDS a burst (3)]
 # (list: pages of 100 of 150 plants.) Each burst also prints wrk's p99 in ms.
 set -euo pipefail
 A=$(cd "$1" && pwd)
@@ -14,6 +16,7 @@ SCENARIO=${2:-post}
 PAIRS=${3:-20}
 BURST=${4:-3}
 TICK=$(getconf CLK_TCK)
+if [ "${BENCH_AS_USER:-}" = 1 ]; then LOG_LEVEL=info RATE_LIMIT=100000000; else LOG_LEVEL=warn RATE_LIMIT=0; fi
 WORK=$(mktemp -d)
 PIDS=()
 trap 'kill "${PIDS[@]}" 2>/dev/null; rm -rf "$WORK"' EXIT
@@ -22,10 +25,12 @@ cpu_ticks () { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 
 # Starts checkout $1 on port $2; writes its pid to $WORK/$3.pid and a wrk script to $WORK/$3.lua.
 start () {
-  local dir=$1 port=$2 name=$3 db="$WORK/$3.db" token
+  local dir=$1 port=$2 name=$3 db="$WORK/$3.db" token settings
+  if [ "$name" = A ]; then settings=${A_ENV:-}; else settings=${B_ENV:-}; fi
   token=$(cd "$dir" && DATABASE_URL=$db node dist/cli/main.js tokens create --name ab 2>/dev/null)
-  (cd "$dir" && DATABASE_URL=$db PORT=$port HOST=127.0.0.1 LOG_LEVEL=warn RATE_LIMIT_PER_MINUTE=0 \
-    exec taskset -c 0 node --max-semi-space-size=4 dist/cli/main.js serve >/dev/null 2>&1) &
+  # shellcheck disable=SC2086 # settings: words, each NAME=value
+  (cd "$dir" && DATABASE_URL=$db PORT=$port HOST=127.0.0.1 LOG_LEVEL=$LOG_LEVEL RATE_LIMIT_PER_MINUTE=$RATE_LIMIT \
+    exec env $settings taskset -c 0 node --max-semi-space-size=4 dist/cli/main.js serve >/dev/null 2>&1) &
   echo $! > "$WORK/$name.pid"
   until curl -s -o /dev/null "http://127.0.0.1:$port/healthz"; do sleep 0.1; done
   curl -s -o /dev/null -X POST "http://127.0.0.1:$port/plants" -H "Authorization: Bearer $token" \

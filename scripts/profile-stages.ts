@@ -6,7 +6,8 @@
 // Other threads (the SQLite writer, where there is one) are reported as their busy time per request.
 // Usage: npm run build && node --import tsx scripts/profile-stages.ts [post|get|list] [SECONDS]
 // With BENCH_DATABASE_URL=postgres://… the service runs on PostgreSQL, in a schema of its own
-// made for the run (1000 plants seeded for the reads) and dropped after it.
+// made for the run (1000 plants seeded for the reads) and dropped after it. With BENCH_AS_USER=1
+// the service runs as a user runs it: logging at info, the rate limit on (above the load).
 import { spawn, spawnSync } from 'node:child_process'
 import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { connect, createServer } from 'node:net'
@@ -29,6 +30,8 @@ const STAGES: Array<[string, (f: CallFrame) => boolean]> = [
   ['store: queries, results, bookkeeping', f => /store\/(sqlite|postgres)[^/]*\.js|better-sqlite3/.test(f.url)],
   ['auth (token check)', f => /dist\/(auth|token-cache|tokens)\.js/.test(f.url)],
   ['edge checks, rate limit', f => /dist\/(edge|rate-limit)\.js/.test(f.url)],
+  ['metrics, CORS', f => /dist\/(metrics\/[a-z]+|cors)\.js/.test(f.url)],
+  ['request log (pino)', f => /node_modules\/(pino|sonic-boom|fast-redact|quick-format-unescaped)\//.test(f.url)],
   ['body: JSON reading', f => /dist\/json\.js/.test(f.url)],
   ['body: receiving (stream, content-type parser)', f => /content-type-parser\.js|_http_incoming|streams\/readable|dist\/app\.js/.test(f.url)],
   ['validation (Ajv)', f => /ajv|validation\.js/.test(f.url) || (f.url === '' && /^validate/.test(f.functionName))],
@@ -111,7 +114,9 @@ async function main (): Promise<void> {
     const databaseUrl = postgresUrl === undefined
       ? join(dir, 'plantstore.db')
       : `${postgresUrl}${postgresUrl.includes('?') ? '&' : '?'}options=${encodeURIComponent(`-c search_path=${schema}`)}`
-    const env = { ...process.env, DATABASE_URL: databaseUrl, PORT: String(port), LOG_LEVEL: 'warn', RATE_LIMIT_PER_MINUTE: '0' }
+    const env = { ...process.env, DATABASE_URL: databaseUrl, PORT: String(port), ...(process.env.BENCH_AS_USER === '1'
+      ? { LOG_LEVEL: 'info', RATE_LIMIT_PER_MINUTE: '100000000' }
+      : { LOG_LEVEL: 'warn', RATE_LIMIT_PER_MINUTE: '0' }) }
     const token = spawnSync(process.execPath, ['dist/cli/main.js', 'tokens', 'create', '--name', 'profile'], { cwd: ROOT, env, encoding: 'utf8' }).stdout.trim()
     if (postgresUrl !== undefined && scenario !== 'post') {
       await queryOnce(postgresUrl, `INSERT INTO ${schema}.plants (id, name, tag) SELECT i, 'Plant ' || i, 'bench' FROM generate_series(1, 1000) AS i`)
@@ -144,7 +149,7 @@ async function main (): Promise<void> {
       console.log(`| other thread ${i + 1} (the SQLite writer, where there is one): busy | ${(busy / requests).toFixed(2)} | |`)
     }
   } finally {
-    rmSync(dir, { recursive: true, force: true })
+    if (process.env.PROFILE_KEEP) spawnSync('cp', ['-r', join(dir, 'profiles'), process.env.PROFILE_KEEP]); rmSync(dir, { recursive: true, force: true })
     if (postgresUrl !== undefined) await queryOnce(postgresUrl, `DROP SCHEMA ${schema} CASCADE`)
   }
 }

@@ -10,7 +10,7 @@ import { corsFor } from './cors.js'
 import { installEdgeChecks } from './edge.js'
 import { ApiError, clientErrorHandler, frameworkErrorHandler, installErrorHandling, refusalReport } from './errors.js'
 import { JsonError, parseJson } from './json.js'
-import { installRequestMetrics, refusalCounter } from './metrics/http.js'
+import { installRequestRecords, refusalCounter } from './metrics/http.js'
 import { createMetrics, type Metrics } from './metrics/metrics.js'
 import { instrumentStore } from './metrics/store.js'
 import { RateLimiter } from './rate-limit.js'
@@ -84,21 +84,6 @@ export async function buildApp ({ config, store: bareStore, log = pino({ level: 
     return503OnClosing: false
   })
 
-  // One line per request when it completes, if the level lets it through; never a header, so
-  // never a token. Below info the hook is not installed at all.
-  if (log.isLevelEnabled('info')) {
-    app.addHook('onResponse', (request, reply, done) => {
-      log.info({
-        reqId: request.id,
-        method: request.method,
-        route: request.routeOptions.url ?? null,
-        status: reply.statusCode,
-        durationMs: Math.round(reply.elapsedTime * 100) / 100
-      }, 'request')
-      done()
-    })
-  }
-
   app.setValidatorCompiler(validatorCompiler)
   installErrorHandling(app, log, refused)
 
@@ -127,7 +112,7 @@ export async function buildApp ({ config, store: bareStore, log = pino({ level: 
     done(new ApiError('unsupportedMediaType'), undefined)
   })
 
-  installRequestMetrics(app, metrics)
+  installRequestRecords(app, metrics, log)
   // CORS before the checks: every answer after it, the edge checks' and auth's refusals included, carries its headers.
   if (cors !== undefined) app.addHook('onRequest', cors.hook)
   installEdgeChecks(app, log)

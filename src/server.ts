@@ -1,16 +1,13 @@
-import cluster from 'node:cluster'
 import { resolve } from 'node:path'
 import pino from 'pino'
 import { buildApp } from './app.js'
 import { startPruning } from './changes/retention.js'
 import { ConfigError, isPostgresUrl, type Config } from './config.js'
+import { logDestination } from './log.js'
 import { openStore } from './store/open.js'
 import { PostgresStore } from './store/postgres.js'
 import { ALL_SCOPES, type Store } from './store/store.js'
 import { digestOf, generateToken } from './tokens.js'
-
-/** The most bytes Linux writes to a pipe at once, never split (POSIX guarantees at least 512). */
-const PIPE_BUF = 4096
 
 /** On a store without any token, creates one with every scope and returns it, once. */
 async function bootstrapToken (store: Store): Promise<string | undefined> {
@@ -57,11 +54,7 @@ function listenFailure (error: unknown, config: Config): ConfigError {
 export async function serve (config: Config): Promise<void> {
   const store = await openStore(config.databaseUrl)
   await store.ping()
-  // Asynchronous log writes: lines written while one write is under way go out together in the
-  // next, so under load logging costs a syscall per batch, not per request. Flushed on shutdown.
-  // Workers share one stdout: a write of whole lines, at most PIPE_BUF bytes, is never interleaved
-  // with another process's on a pipe.
-  const logStream = pino.destination({ dest: 1, sync: false, ...(cluster.isWorker ? { maxWrite: PIPE_BUF } : {}) })
+  const logStream = logDestination()
   const log = pino({ level: config.logLevel }, logStream)
   if (store instanceof PostgresStore) {
     store.onSearch = (event) => {

@@ -1,5 +1,6 @@
 import type { FastifyInstance } from 'fastify'
 import type { Socket } from 'node:net'
+import type { Logger } from 'pino'
 import { StoreUnavailableError, type CountRefusal } from '../errors.js'
 import type { Series } from './histogram.js'
 import type { Metrics } from './metrics.js'
@@ -27,39 +28,60 @@ export function refusalCounter (metrics: Metrics): CountRefusal {
   }
 }
 
+/** What is recorded of a request once done, the same for every request of one method, route and status. */
+interface Record {
+  /** Its series in the metrics; none for the scrapes of `/metrics` themselves. */
+  series?: Series<'method' | 'route' | 'status'>
+  /** The logger that writes its line, with the method, route and status already in it; none below info. */
+  log?: Logger
+}
+
 /**
- * Times and counts every routed request but the scrapes of `/metrics` themselves, by method, route
- * template (as the document writes it: `/plants/{id}`) and status, and counts the requests in
- * flight. Measured from routing to the response's close, which also comes when the client
- * leaves first. The series of each method, route and status is looked up once, then kept.
+ * What is kept of every request: in the metrics, its time and status by method, route template
+ * (as the document writes it: `/plants/{id}`) and status, and the requests in flight (not the
+ * scrapes of `/metrics` themselves); at `info`, one log line. Measured from routing to the
+ * response's close, which also comes when the client leaves first (status 499). What a request's
+ * method, route and status share, its series and its logger's fixed fields, is made once and kept.
  */
-export function installRequestMetrics (app: FastifyInstance, metrics: Metrics): void {
+export function installRequestRecords (app: FastifyInstance, metrics: Metrics, log: Logger): void {
   const { state } = metrics
-  const known = new Map<string, Series<'method' | 'route' | 'status'>>()
-  const seriesOf = (method: string, url: string | undefined, status: number): Series<'method' | 'route' | 'status'> => {
+  const logging = log.isLevelEnabled('info')
+  const known = new Map<string, Record>()
+  const recordOf = (method: string, url: string | undefined, status: number): Record => {
     const key = `${method} ${url ?? ''} ${status}`
-    let series = known.get(key)
-    if (series === undefined) {
-      const route = url === undefined ? UNMATCHED : url.replace(/:(\w+)/g, '{$1}')
-      series = metrics.requests.series({ method, route, status: String(status) })
-      known.set(key, series)
+    let record = known.get(key)
+    if (record === undefined) {
+      record = {
+        series: url === '/metrics' ? undefined : metrics.requests.series({ method, route: url === undefined ? UNMATCHED : url.replace(/:(\w+)/g, '{$1}'), status: String(status) }),
+        log: logging ? log.child({ method, route: url ?? null, status }) : undefined
+      }
+      known.set(key, record)
     }
-    return series
+    return record
   }
 
   app.addHook('onRequest', (request, reply, done) => {
     const url = request.routeOptions.url
-    if (url === '/metrics') return done()
+    const counted = url !== '/metrics'
+    if (!counted && !logging) return done()
     const start = performance.now()
-    state.requestsInFlight++
     const connection: Connection = request.raw.socket
     const routed: Routed = {}
-    connection[ROUTED] = routed
-    reply.raw.once('close', () => {
-      state.requestsInFlight--
-      if (connection[ROUTED] === routed) connection[ROUTED] = undefined
+    if (counted) {
+      state.requestsInFlight++
+      connection[ROUTED] = routed
+    }
+    reply.raw.on('close', () => {
+      if (counted) {
+        state.requestsInFlight--
+        if (connection[ROUTED] === routed) connection[ROUTED] = undefined
+      }
       const status = reply.raw.writableFinished ? reply.raw.statusCode : routed.answeredBeforeRoute ?? CLIENT_CLOSED
-      seriesOf(request.method, url, status).observe((performance.now() - start) / 1000)
+      const ms = performance.now() - start
+      const record = recordOf(request.method, url, status)
+      record.series?.observe(ms / 1000)
+      // Never a header, so never a token.
+      record.log?.info({ reqId: request.id, durationMs: Math.round(ms * 100) / 100 }, 'request')
     })
     done()
   })

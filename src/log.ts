@@ -1,0 +1,52 @@
+import cluster from 'node:cluster'
+import pino from 'pino'
+
+/** The most bytes Linux writes to a pipe at once, never split (POSIX guarantees at least 512). */
+const PIPE_BUF = 4096
+/** The most bytes handed to stdout in one write by a process that has it to itself. */
+const MAX_WRITE = 16 * 1024
+
+/** The log's destination: pino writes its lines here; `flushSync` before the process exits. */
+export interface LogDestination {
+  write: (line: string) => void
+  flushSync: () => void
+}
+
+/**
+ * The service's log on stdout, written asynchronously. The lines logged in one turn of the event
+ * loop are handed to the writer together once the turn is over, so under load a request's line
+ * costs an append to a string, not a write of its own (handed over one by one, each line made the
+ * writer measure its whole buffer again: the access log cost a sixth of a POST's CPU,
+ * docs/performance.md). Workers share one stdout: a write of whole lines, at most PIPE_BUF bytes,
+ * is never interleaved with another process's on a pipe, so a batch never grows past that.
+ */
+export function logDestination (): LogDestination {
+  const maxWrite = cluster.isWorker ? PIPE_BUF : MAX_WRITE
+  const stdout = pino.destination({ dest: 1, sync: true, maxWrite })
+  let pending = ''
+  let pendingBytes = 0
+  let scheduled = false
+  const handOver = (): void => {
+    scheduled = false
+    if (pending === '') return
+    stdout.write(pending)
+    pending = ''
+    pendingBytes = 0
+  }
+  return {
+    write (line) {
+      const bytes = Buffer.byteLength(line)
+      if (pendingBytes + bytes > maxWrite) handOver()
+      pending += line
+      pendingBytes += bytes
+      if (!scheduled) {
+        scheduled = true
+        setImmediate(handOver)
+      }
+    },
+    flushSync () {
+      handOver()
+      stdout.flushSync()
+    }
+  }
+}
