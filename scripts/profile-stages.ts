@@ -7,9 +7,10 @@
 // Usage: npm run build && node --import tsx scripts/profile-stages.ts [post|get|list] [SECONDS]
 // With BENCH_DATABASE_URL=postgres://… the service runs on PostgreSQL, in a schema of its own
 // made for the run (1000 plants seeded for the reads) and dropped after it. With BENCH_AS_USER=1
-// the service runs as a user runs it: logging at info, the rate limit on (above the load).
+// the service runs as a user runs it: logging at info, the rate limit on (above the load). With
+// PROFILE_KEEP=DIR the profiles are kept there (.cpuprofile: Chrome DevTools opens them).
 import { spawn, spawnSync } from 'node:child_process'
-import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import { cpSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { connect, createServer } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
@@ -114,9 +115,10 @@ async function main (): Promise<void> {
     const databaseUrl = postgresUrl === undefined
       ? join(dir, 'plantstore.db')
       : `${postgresUrl}${postgresUrl.includes('?') ? '&' : '?'}options=${encodeURIComponent(`-c search_path=${schema}`)}`
-    const env = { ...process.env, DATABASE_URL: databaseUrl, PORT: String(port), ...(process.env.BENCH_AS_USER === '1'
+    const settings = process.env.BENCH_AS_USER === '1'
       ? { LOG_LEVEL: 'info', RATE_LIMIT_PER_MINUTE: '100000000' }
-      : { LOG_LEVEL: 'warn', RATE_LIMIT_PER_MINUTE: '0' }) }
+      : { LOG_LEVEL: 'warn', RATE_LIMIT_PER_MINUTE: '0' }
+    const env = { ...process.env, DATABASE_URL: databaseUrl, PORT: String(port), ...settings }
     const token = spawnSync(process.execPath, ['dist/cli/main.js', 'tokens', 'create', '--name', 'profile'], { cwd: ROOT, env, encoding: 'utf8' }).stdout.trim()
     if (postgresUrl !== undefined && scenario !== 'post') {
       await queryOnce(postgresUrl, `INSERT INTO ${schema}.plants (id, name, tag) SELECT i, 'Plant ' || i, 'bench' FROM generate_series(1, 1000) AS i`)
@@ -149,7 +151,9 @@ async function main (): Promise<void> {
       console.log(`| other thread ${i + 1} (the SQLite writer, where there is one): busy | ${(busy / requests).toFixed(2)} | |`)
     }
   } finally {
-    if (process.env.PROFILE_KEEP) spawnSync('cp', ['-r', join(dir, 'profiles'), process.env.PROFILE_KEEP]); rmSync(dir, { recursive: true, force: true })
+    const keep = process.env.PROFILE_KEEP
+    if (keep !== undefined) cpSync(join(dir, 'profiles'), keep, { recursive: true })
+    rmSync(dir, { recursive: true, force: true })
     if (postgresUrl !== undefined) await queryOnce(postgresUrl, `DROP SCHEMA ${schema} CASCADE`)
   }
 }
