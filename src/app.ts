@@ -7,10 +7,10 @@ import { Feed } from './changes/feed.js'
 import type { Config } from './config.js'
 import { BODY_LIMIT, validatorCompiler } from './contract.js'
 import { corsFor } from './cors.js'
-import { installEdgeChecks } from './edge.js'
+import { edgeRefusal } from './edge.js'
 import { ApiError, clientErrorHandler, frameworkErrorHandler, installErrorHandling, refusalReport } from './errors.js'
 import { JsonError, parseJson } from './json.js'
-import { installRequestRecords, refusalCounter } from './metrics/http.js'
+import { refusalCounter, requestRecorder, shedCounter } from './metrics/http.js'
 import { createMetrics, type Metrics } from './metrics/metrics.js'
 import { instrumentStore } from './metrics/store.js'
 import { RateLimiter } from './rate-limit.js'
@@ -112,10 +112,19 @@ export async function buildApp ({ config, store: bareStore, log = pino({ level: 
     done(new ApiError('unsupportedMediaType'), undefined)
   })
 
-  installRequestRecords(app, metrics, log)
-  // CORS before the checks: every answer after it, the edge checks' and auth's refusals included, carries its headers.
-  if (cors !== undefined) app.addHook('onRequest', cors.hook)
-  installEdgeChecks(app, log)
+  // The first hook of every request, routed or not, in one pass: its record starts (metrics, log
+  // line); the CORS headers go on whatever will answer it, refusals included; a preflight is
+  // answered; the edge checks refuse an ambiguous head before anything else, auth included.
+  const record = requestRecorder(metrics, log)
+  app.addHook('onRequest', (request, reply, done) => {
+    record(request, reply)
+    if (cors !== undefined) {
+      cors.headers(request, reply)
+      if (cors.answeredPreflight(request, reply)) return
+    }
+    done(edgeRefusal(request, log))
+  })
+  app.addHook('onError', shedCounter(metrics))
   // Counted for the whole service where the store is shared by instances; RATE_LIMIT_PER_MINUTE=0 turns it off.
   const limiter = config.rateLimitPerMinute === 0 ? undefined : new RateLimiter({ perMinute: config.rateLimitPerMinute, shared: store.rateWindows, log })
   if (limiter !== undefined) app.addHook('onClose', async () => limiter.close())

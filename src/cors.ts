@@ -1,4 +1,4 @@
-import type { FastifyReply, FastifyRequest, onRequestHookHandler } from 'fastify'
+import type { FastifyReply, FastifyRequest } from 'fastify'
 import { allowedMethods } from './contract.js'
 
 /** What a preflight allows a browser to send beyond the simple headers. */
@@ -9,10 +9,10 @@ const EXPOSE_HEADERS = 'Allow, Changes-Position, ETag, Link, Retry-After, WWW-Au
 const MAX_AGE = '600'
 
 export interface Cors {
-  /** Adds the CORS headers to `reply`, whatever it will answer; the first onRequest hook calls it, and so does every answer given before hooks run. */
+  /** Adds the CORS headers to `reply`, whatever it will answer: the first thing done with a request, and with every answer given before hooks run. */
   headers: (request: FastifyRequest, reply: FastifyReply) => void
-  /** The onRequest hook: the headers, and the answer to a preflight from a listed origin on a path of the document. */
-  hook: onRequestHookHandler
+  /** Answers a preflight from a listed origin on a path of the document (204, what it may send); false, doing nothing, for any other request. */
+  answeredPreflight: (request: FastifyRequest, reply: FastifyReply) => boolean
 }
 
 /**
@@ -32,17 +32,17 @@ export function corsFor (origins: readonly string[]): Cors | undefined {
     reply.header('access-control-allow-origin', origin)
     reply.header('access-control-expose-headers', EXPOSE_HEADERS)
   }
-  const hook: onRequestHookHandler = (request, reply, done) => {
-    headers(request, reply)
+  const answeredPreflight = (request: FastifyRequest, reply: FastifyReply): boolean => {
     const preflight = request.method === 'OPTIONS' && request.headers['access-control-request-method'] !== undefined &&
       allowed.has(request.headers.origin ?? '')
     const methods = preflight ? allowedMethods(request.url.split('?')[0]) : []
-    if (methods.length === 0) return done()
+    if (methods.length === 0) return false
     reply.code(204).headers({
       'access-control-allow-methods': methods.join(', '),
       'access-control-allow-headers': ALLOW_HEADERS,
       'access-control-max-age': MAX_AGE
     }).send()
+    return true
   }
-  return { headers, hook }
+  return { headers, answeredPreflight }
 }

@@ -1,4 +1,4 @@
-import type { FastifyInstance, FastifyRequest } from 'fastify'
+import type { FastifyRequest } from 'fastify'
 import type { Logger } from 'pino'
 import { ApiError } from './errors.js'
 
@@ -32,25 +32,24 @@ function decodable (text: string): boolean {
 }
 
 /**
- * Checks on the request's head that come before everything else, auth included: HTTP/1.1
+ * The refusal of a request whose head fails the checks that come before everything else, auth
+ * included, or undefined when it passes: HTTP/1.1
  * requires Host; a second Authorization, Host or Content-Type header is ambiguous (which token,
  * which host, which parser?), so it is refused rather than settled by taking the first. A DELETE
  * has its content type ignored, so `DELETE` with a stray `Content-Type: application/json` and an
  * empty body, even a chunked one, is an ordinary DELETE.
  */
-export function installEdgeChecks (app: FastifyInstance, log: Logger): void {
-  app.addHook('onRequest', (request, _reply, done) => {
-    if (request.headers.host === undefined && request.raw.httpVersion === '1.1') {
-      log.warn({ reqId: request.id, status: 400, reason: 'missingHost' }, 'request refused before routing')
-      return done(new ApiError('missingHost'))
-    }
-    // The query parser takes undecodable text literally; a path answers 400 for the same bytes.
-    const query = request.url.indexOf('?')
-    if (query !== -1 && !decodable(request.url.slice(query + 1))) return done(new ApiError('badQuery'))
-    const repeated = repeatedHeader(request)
-    if (repeated !== undefined) return done(new ApiError('repeatedHeader', `The ${repeated} header was sent more than once; send it once.`))
-    // DELETE takes no body: whatever content type it declares, nothing is parsed (Fastify reads no body for GET).
-    if (request.method === 'DELETE') delete request.headers['content-type']
-    done()
-  })
+export function edgeRefusal (request: FastifyRequest, log: Logger): ApiError | undefined {
+  if (request.headers.host === undefined && request.raw.httpVersion === '1.1') {
+    log.warn({ reqId: request.id, status: 400, reason: 'missingHost' }, 'request refused before routing')
+    return new ApiError('missingHost')
+  }
+  // The query parser takes undecodable text literally; a path answers 400 for the same bytes.
+  const query = request.url.indexOf('?')
+  if (query !== -1 && !decodable(request.url.slice(query + 1))) return new ApiError('badQuery')
+  const repeated = repeatedHeader(request)
+  if (repeated !== undefined) return new ApiError('repeatedHeader', `The ${repeated} header was sent more than once; send it once.`)
+  // DELETE takes no body: whatever content type it declares, nothing is parsed (Fastify reads no body for GET).
+  if (request.method === 'DELETE') delete request.headers['content-type']
+  return undefined
 }

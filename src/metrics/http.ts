@@ -1,4 +1,4 @@
-import type { FastifyInstance } from 'fastify'
+import type { FastifyReply, FastifyRequest, onErrorHookHandler } from 'fastify'
 import type { Socket } from 'node:net'
 import type { Logger } from 'pino'
 import { StoreUnavailableError, type CountRefusal } from '../errors.js'
@@ -42,8 +42,9 @@ interface Record {
  * scrapes of `/metrics` themselves); at `info`, one log line. Measured from routing to the
  * response's close, which also comes when the client leaves first (status 499). What a request's
  * method, route and status share, its series and its logger's fixed fields, is made once and kept.
+ * The returned function starts a request's record: the first thing done with every request.
  */
-export function installRequestRecords (app: FastifyInstance, metrics: Metrics, log: Logger): void {
+export function requestRecorder (metrics: Metrics, log: Logger): (request: FastifyRequest, reply: FastifyReply) => void {
   const { state } = metrics
   const logging = log.isLevelEnabled('info')
   const known = new Map<string, Record>()
@@ -60,10 +61,10 @@ export function installRequestRecords (app: FastifyInstance, metrics: Metrics, l
     return record
   }
 
-  app.addHook('onRequest', (request, reply, done) => {
+  return (request, reply) => {
     const url = request.routeOptions.url
     const counted = url !== '/metrics'
-    if (!counted && !logging) return done()
+    if (!counted && !logging) return
     const start = performance.now()
     const connection: Connection = request.raw.socket
     const routed: Routed = {}
@@ -83,12 +84,13 @@ export function installRequestRecords (app: FastifyInstance, metrics: Metrics, l
       // Never a header, so never a token.
       record.log?.info({ reqId: request.id, durationMs: Math.round(ms * 100) / 100 }, 'request')
     })
-    done()
-  })
+  }
+}
 
-  // Only failures run this hook: a 503 from the store, by why it refused.
-  app.addHook('onError', (_request, _reply, error, done) => {
+/** The onError hook, which only failures run: counts a 503 from the store, by why it refused. */
+export function shedCounter (metrics: Metrics): onErrorHookHandler {
+  return (_request, _reply, error, done) => {
     if (error instanceof StoreUnavailableError) metrics.shed.inc({ reason: error.reason })
     done()
-  })
+  }
 }
