@@ -316,8 +316,9 @@ async function startYardstick (name: YardstickName, script: string, token: strin
   const env: Record<string, string> = { HOST: '127.0.0.1', YARDSTICK: name, YARDSTICK_TOKEN: token }
   if (name === 'postgres' || name === 'postgres-js') env.DATABASE_URL = database
   else if (name !== 'ceiling') env.DATABASE_PATH = join(database, name === 'durable' || name === 'fastify' ? `${name}.db` : 'seeded.db')
-  // The Fastify durable yardstick is a script of its own, on the built service's modules (scripts/yardstick-fastify.ts).
-  if (name === 'fastify') return await startServer(name, [join(dirname(script), 'yardstick-fastify.js')], { ...env, PLANTSTORE_ROOT: ROOT })
+  // The Fastify durable yardstick is a script of its own, on the built service's modules (scripts/yardstick-fastify.ts),
+  // run with the service's Node flags (npm start's heap settings): it differs from the service only in the work per request.
+  if (name === 'fastify') return await startServer(name, [...SERVICE_NODE_FLAGS, join(dirname(script), 'yardstick-fastify.js')], { ...env, PLANTSTORE_ROOT: ROOT })
   return await startServer(name, [script], env)
 }
 
@@ -331,6 +332,8 @@ function startArguments (): string[] {
 }
 
 const SERVICE_ARGUMENTS = startArguments()
+/** Node's own flags in `npm start`, before the script. */
+const SERVICE_NODE_FLAGS = SERVICE_ARGUMENTS.slice(0, SERVICE_ARGUMENTS.findIndex(arg => !arg.startsWith('-')))
 
 async function startService (databaseUrl: string, name: ServiceName = 'service', token?: string): Promise<Server> {
   const hooked = name === 'service-hook' || name === 'service-hook-down'

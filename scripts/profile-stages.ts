@@ -8,7 +8,9 @@
 // With BENCH_DATABASE_URL=postgres://… the service runs on PostgreSQL, in a schema of its own
 // made for the run (1000 plants seeded for the reads) and dropped after it. With BENCH_AS_USER=1
 // the service runs as a user runs it: logging at info, the rate limit on (above the load). With
-// PROFILE_KEEP=DIR the profiles are kept there (.cpuprofile: Chrome DevTools opens them).
+// PROFILE_KEEP=DIR the profiles are kept there (.cpuprofile: Chrome DevTools opens them). With
+// PROFILE_SERVER=fastify the Fastify durable yardstick (scripts/yardstick-fastify.ts) is profiled
+// instead of the service, POST on SQLite only: the two tables side by side show the service's own share.
 import { spawn, spawnSync } from 'node:child_process'
 import { cpSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { connect, createServer } from 'node:net'
@@ -30,6 +32,7 @@ const STAGES: Array<[string, (f: CallFrame) => boolean]> = [
   ['store: pg driver (protocol, pool, rows)', f => /node_modules\/(pg|pg-[a-z]+|postgres-[a-z]+)\//.test(f.url)],
   ['store: queries, results, bookkeeping', f => /store\/(sqlite|postgres)[^/]*\.js|better-sqlite3/.test(f.url)],
   ['auth (token check)', f => /dist\/(auth|token-cache|tokens)\.js/.test(f.url)],
+  ['route handler (the yardstick\'s)', f => /yardstick-fastify/.test(f.url)],
   ['edge checks, rate limit', f => /dist\/(edge|rate-limit)\.js/.test(f.url)],
   ['metrics, CORS', f => /dist\/(metrics\/[a-z]+|cors)\.js/.test(f.url)],
   ['request log (pino)', f => /node_modules\/(pino|sonic-boom|fast-redact|quick-format-unescaped)\//.test(f.url)],
@@ -128,8 +131,12 @@ async function main (): Promise<void> {
     }
     const profiles = join(dir, 'profiles')
     const startFlags = /node (.*) dist\/cli\/main\.js/.exec(JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')).scripts.start)?.[1].split(' ') ?? []
-    const [command, ...args] = pinned(0, [process.execPath, ...startFlags, '--cpu-prof', `--cpu-prof-dir=${profiles}`, 'dist/cli/main.js', 'serve'])
-    const server = spawn(command, args, { cwd: ROOT, env, stdio: 'ignore' })
+    // The Fastify durable yardstick instead (POST on SQLite only): what the service's own share is measured against.
+    const yardstick = process.env.PROFILE_SERVER === 'fastify'
+    if (yardstick && (scenario !== 'post' || postgresUrl !== undefined)) throw new Error('PROFILE_SERVER=fastify: POST on SQLite only')
+    const program = yardstick ? ['--import', 'tsx', 'scripts/yardstick-fastify.ts'] : ['dist/cli/main.js', 'serve']
+    const [command, ...args] = pinned(0, [process.execPath, ...startFlags, '--cpu-prof', `--cpu-prof-dir=${profiles}`, ...program])
+    const server = spawn(command, args, { cwd: ROOT, env: { ...env, PLANTSTORE_ROOT: ROOT, DATABASE_PATH: databaseUrl, YARDSTICK_TOKEN: token }, stdio: 'ignore' })
     while (!await accepting(port)) await sleep(50)
     const url = `http://127.0.0.1:${port}`
     writeFileSync(join(dir, 'load.lua'), LUA[scenario])
