@@ -2,10 +2,11 @@
 // contract and storage and nothing else, so that the bench can tell the service's own share.
 // Fastify with the served document's route and schemas (validation and the response's
 // serializer), the same JSON reader (src/json.ts), the same SQLite store (group commit, the
-// change-log insert in the same transaction); auth is one header compare. No edge checks, CORS,
-// metrics, rate limit, scopes, logging, feed or webhooks. Run by scripts/bench.ts on the built
-// service (`dist/`), which it imports: PLANTSTORE_ROOT names the checkout, DATABASE_PATH the
-// file, YARDSTICK_TOKEN the token, PORT and HOST where to listen.
+// change-log insert in the same transaction), the ETag and If-None-Match: * of SPEC section 9;
+// auth is one header compare. No edge checks, CORS, metrics, rate limit, scopes, logging, feed or
+// webhooks. Run by scripts/bench.ts on the built service (`dist/`), which it imports:
+// PLANTSTORE_ROOT names the checkout, DATABASE_PATH the file, YARDSTICK_TOKEN the token, PORT and
+// HOST where to listen.
 import { join } from 'node:path'
 import { pathToFileURL } from 'node:url'
 
@@ -42,7 +43,10 @@ app.route({
     const { id, name, tag } = request.body
     const plant = tag === undefined ? { name } : { name, tag }
     const created = await store.create({ id, ...plant })
+    // SPEC section 9: If-None-Match: * refuses an id that exists; every answer carries the plant's ETag.
+    if (created.outcome !== 'created' && request.headers['if-none-match'] === '*') return await reply.code(412).send({ error: 412, message: 'A plant with this id exists already.' })
     if (created.outcome === 'conflict') return await reply.code(409).send({ error: 409, message: 'Another plant uses this id.' })
+    reply.header('etag', `"${String(created.version)}"`)
     return plant
   }
 })
