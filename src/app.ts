@@ -97,12 +97,15 @@ export async function buildApp ({ config, store: bareStore, log = pino({ level: 
     if (encoding !== undefined && encoding.toLowerCase() !== 'identity') return done(new ApiError('unsupportedEncoding'), undefined)
     if (!isUtf8(body)) return done(new ApiError('invalidText'), undefined)
     const text = body.toString('utf8')
-    if (text.trim() === '') return done(new ApiError('emptyBody'), undefined)
+    let value: unknown
     try {
-      done(null, parseJson(text))
+      value = parseJson(text)
     } catch (error) {
-      done(new ApiError('invalidJson', error instanceof JsonError ? error.message : undefined), undefined)
+      // Only a body that cannot be read is asked whether it was blank.
+      if (text.trim() === '') return done(new ApiError('emptyBody'), undefined)
+      return done(new ApiError('invalidJson', error instanceof JsonError ? error.message : undefined), undefined)
     }
+    done(null, value)
   })
 
   // Any other content type, or none with a body: 415, except on DELETE, which takes no body and
