@@ -8,7 +8,8 @@ export const LOCKS = { migrate: 'migrate', firstToken: 'first-token' } as const
 /**
  * Creates the lock table and its rows if they are missing. Two sessions running `CREATE TABLE IF
  * NOT EXISTS` at once can both miss the table and one then fails on the catalog's unique index
- * (23505) or finds it made (42P07): the table exists either way, so the step runs again.
+ * (23505), finds it made (42P07) or finds its row type made (42710, `type "schema_lock" already
+ * exists`, seen once in the suite): the table exists either way, so the step runs again.
  */
 async function ensureLocks (client: pg.ClientBase): Promise<void> {
   for (let attempt = 0; ; attempt++) {
@@ -17,7 +18,7 @@ async function ensureLocks (client: pg.ClientBase): Promise<void> {
       await client.query('INSERT INTO schema_lock (name) VALUES ($1), ($2) ON CONFLICT (name) DO NOTHING', [LOCKS.migrate, LOCKS.firstToken])
       return
     } catch (error) {
-      if (attempt >= 5 || !['23505', '42P07'].includes(sqlstateOf(error))) throw error
+      if (attempt >= 5 || !['23505', '42P07', '42710'].includes(sqlstateOf(error))) throw error
     }
   }
 }
