@@ -33,6 +33,12 @@ export function logDestination (): LogDestination {
     pending = ''
     pendingBytes = 0
   }
+  const flushSync = (): void => {
+    handOver()
+    stdout.flushSync()
+  }
+  // Whatever way the process ends (an uncaught error, a failed start), the lines of its last turn go out.
+  process.once('exit', flushSync)
   return {
     write (line) {
       const bytes = Buffer.byteLength(line)
@@ -44,9 +50,6 @@ export function logDestination (): LogDestination {
         setImmediate(handOver)
       }
     },
-    flushSync () {
-      handOver()
-      stdout.flushSync()
-    }
+    flushSync
   }
 }

@@ -40,7 +40,8 @@ interface Record {
  * What is kept of every request: in the metrics, its time and status by method, route template
  * (as the document writes it: `/plants/{id}`) and status, and the requests in flight (not the
  * scrapes of `/metrics` themselves); at `info`, one log line. Measured from routing to the
- * response's close, which also comes when the client leaves first (status 499). What a request's
+ * response's close, which also comes when the client leaves first (status 499, unless the answer's
+ * head had gone out: a change stream that its client closes keeps its 200). What a request's
  * method, route and status share, its series and its logger's fixed fields, is made once and kept.
  * The returned function starts a request's record: the first thing done with every request.
  */
@@ -77,7 +78,8 @@ export function requestRecorder (metrics: Metrics, log: Logger): (request: Fasti
         state.requestsInFlight--
         if (connection[ROUTED] === routed) connection[ROUTED] = undefined
       }
-      const status = reply.raw.writableFinished ? reply.raw.statusCode : routed.answeredBeforeRoute ?? CLIENT_CLOSED
+      // An answer whose head went out keeps its status (a change stream its client closed is a 200).
+      const status = reply.raw.writableFinished || reply.raw.headersSent ? reply.raw.statusCode : routed.answeredBeforeRoute ?? CLIENT_CLOSED
       const ms = performance.now() - start
       const record = recordOf(request.method, url, status)
       record.series?.observe(ms / 1000)

@@ -53,7 +53,7 @@ export function createMetrics () {
 
   const requests = new HotHistogram({
     name: 'plantstore_http_request_duration_seconds',
-    help: 'Time from a request\'s routing to the end of its answer, by method, route template (unmatched: no route) and status (499: the client left first).',
+    help: 'Time from a request\'s routing to the end of its answer, by method, route template (unmatched: no route) and status (499: the client left before the answer\'s head went out).',
     labelNames: ['method', 'route', 'status'],
     buckets: SECONDS,
     registers

@@ -45,23 +45,26 @@ for (const store of testStores()) {
       assert.doesNotMatch(server.stdout(), /pst_|authorization|Bearer/i)
     })
 
-    test('a client that leaves before its answer is logged as 499; a scrape of /metrics is logged too', async (t) => {
+    test('a client that leaves before its answer is logged as 499, one that closes its change stream as 200; a scrape of /metrics is logged too', async (t) => {
       const server = await startServer(t, { store })
       const { port } = new URL(server.url)
-      // A long poll that waits for a change; its client hangs up first.
-      const socket = connect(Number(port), '127.0.0.1')
-      socket.on('error', () => {})
-      socket.write(`GET /plants/changes?wait=10 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${server.token}\r\n\r\n`)
-      await new Promise(resolve => setTimeout(resolve, 300))
-      socket.destroy()
+      const leave = async (head: string): Promise<void> => {
+        const socket = connect(Number(port), '127.0.0.1')
+        socket.on('error', () => {})
+        socket.write(`GET /plants/changes?${head}\r\nHost: x\r\nAuthorization: Bearer ${server.token}\r\n\r\n`)
+        await new Promise(resolve => setTimeout(resolve, 300))
+        socket.destroy()
+      }
+      await leave('wait=10 HTTP/1.1') // a long poll waiting for a change: nothing was answered yet
+      await leave('after=0 HTTP/1.1\r\nAccept: text/event-stream') // a stream: its 200 went out
       await call(server, 'GET', '/metrics', { token: null })
       const deadline = Date.now() + 5000
       let requests: Array<Record<string, unknown>> = []
-      while (requests.length < 2 && Date.now() < deadline) {
+      while (requests.length < 3 && Date.now() < deadline) {
         await new Promise(resolve => setTimeout(resolve, 50))
         requests = server.stdout().trim().split('\n').map(line => JSON.parse(line)).filter(line => line.msg === 'request')
       }
-      assert.deepEqual(requests.map(r => [r.method, r.route, r.status]).sort(), [['GET', '/metrics', 200], ['GET', '/plants/changes', 499]])
+      assert.deepEqual(requests.map(r => [r.method, r.route, r.status]), [['GET', '/plants/changes', 499], ['GET', '/plants/changes', 200], ['GET', '/metrics', 200]])
       for (const r of requests) assert.ok(typeof r.durationMs === 'number' && r.durationMs >= 0, JSON.stringify(r))
     })
 
