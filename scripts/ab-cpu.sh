@@ -30,7 +30,7 @@ start () {
   token=$(cd "$dir" && DATABASE_URL=$db node dist/cli/main.js tokens create --name ab 2>/dev/null)
   # shellcheck disable=SC2086 # settings: words, each NAME=value
   (cd "$dir" && DATABASE_URL=$db PORT=$port HOST=127.0.0.1 LOG_LEVEL=$LOG_LEVEL RATE_LIMIT_PER_MINUTE=$RATE_LIMIT \
-    exec env $settings taskset -c 0 node --max-semi-space-size=4 dist/cli/main.js serve >/dev/null 2>&1) &
+    exec env $settings taskset -c 0 node --max-semi-space-size=8 dist/cli/main.js serve >/dev/null 2>&1) &
   echo $! > "$WORK/$name.pid"
   until curl -s -o /dev/null "http://127.0.0.1:$port/healthz"; do sleep 0.1; done
   curl -s -o /dev/null -X POST "http://127.0.0.1:$port/plants" -H "Authorization: Bearer $token" \

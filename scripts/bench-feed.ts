@@ -27,7 +27,7 @@ async function startService (): Promise<Service> {
   const env = { PATH: process.env.PATH ?? '', DATABASE_URL: join(dir, 'plantstore.db'), HOST: '127.0.0.1', PORT: '0', LOG_LEVEL: 'info', RATE_LIMIT_PER_MINUTE: '0' }
   const made = spawnSync(process.execPath, ['dist/cli/main.js', 'tokens', 'create', '--name', 'bench'], { cwd: ROOT, env, encoding: 'utf8' })
   if (made.status !== 0) throw new Error(`tokens create failed: ${made.stderr}`)
-  const [command, ...args] = taskset(0, [process.execPath, '--max-semi-space-size=4', 'dist/cli/main.js', 'serve'])
+  const [command, ...args] = taskset(0, [process.execPath, '--max-semi-space-size=8', 'dist/cli/main.js', 'serve'])
   const child = spawn(command, args, { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'inherit'] })
   let out = ''
   child.stdout!.setEncoding('utf8').on('data', (chunk: string) => { out += chunk })
