@@ -40,8 +40,9 @@ for (const store of testStores()) {
       assert.deepEqual(requests.map(r => [r.method, r.route, r.status]), [['POST', '/plants', 200], ['GET', '/plants/:id', 200], ['GET', '/plants/:id', 401], ['GET', null, 404]])
       for (const r of requests) {
         assert.equal(typeof r.durationMs, 'number')
-        assert.match(r.reqId, /^[0-9a-f-]{36}$/)
+        assert.match(r.reqId, /^[0-9a-f]{16}-[0-9a-z]+$/)
       }
+      assert.equal(new Set(requests.map(r => r.reqId)).size, 4, 'an id each')
       assert.doesNotMatch(server.stdout(), /pst_|authorization|Bearer/i)
     })
 

@@ -55,7 +55,7 @@ test('a bug is 500 with the Error body; the log has the error and the request id
   assert.equal(lines.length, 1, 'one line: the failure, no request line at warn')
   const line = JSON.parse(lines[0])
   assert.equal(line.msg, 'request failed')
-  assert.match(line.reqId, /^[0-9a-f-]{36}$/)
+  assert.match(line.reqId, /^[0-9a-f]{16}-[0-9a-z]+$/)
   assert.match(line.err.message, /undefined is not a plant/)
 })
 
