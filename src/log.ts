@@ -13,12 +13,14 @@ export interface LogDestination {
 }
 
 /**
- * The service's log on stdout, written asynchronously. The lines logged in one turn of the event
- * loop are handed to the writer together once the turn is over, so under load a request's line
- * costs an append to a string, not a write of its own (handed over one by one, each line made the
- * writer measure its whole buffer again: the access log cost a sixth of a POST's CPU,
- * docs/performance.md). Workers share one stdout: a write of whole lines, at most PIPE_BUF bytes,
- * is never interleaved with another process's on a pipe, so a batch never grows past that.
+ * The service's log on stdout. The lines logged in one turn of the event loop are joined and
+ * written once the turn is over, in one write: under load a request's line costs an append to a
+ * string, not a write of its own (an asynchronous write per line went through libuv's thread
+ * pool at ~30 µs of CPU each: the access log was a sixth of a POST, docs/performance.md). The
+ * write is synchronous, as pino's default is: a reader of stdout that stops makes the service
+ * wait for it rather than buffer without bound. Workers share one stdout: a write of whole lines,
+ * at most PIPE_BUF bytes, is never interleaved with another process's on a pipe, so a batch never
+ * grows past that.
  */
 export function logDestination (): LogDestination {
   const maxWrite = cluster.isWorker ? PIPE_BUF : MAX_WRITE
