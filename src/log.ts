@@ -6,10 +6,9 @@ const PIPE_BUF = 4096
 /** The most bytes handed to stdout in one write by a process that has it to itself. */
 const MAX_WRITE = 16 * 1024
 
-/** The log's destination: pino writes its lines here; `flushSync` before the process exits. */
+/** The log's destination: pino writes its lines here. */
 export interface LogDestination {
   write: (line: string) => void
-  flushSync: () => void
 }
 
 /**
@@ -35,12 +34,12 @@ export function logDestination (): LogDestination {
     pending = ''
     pendingBytes = 0
   }
-  const flushSync = (): void => {
+  // However the process ends (process.exit after a stop, an uncaught error, a failed start), the
+  // lines of its last turn go out.
+  process.once('exit', () => {
     handOver()
     stdout.flushSync()
-  }
-  // Whatever way the process ends (an uncaught error, a failed start), the lines of its last turn go out.
-  process.once('exit', flushSync)
+  })
   return {
     write (line) {
       const bytes = Buffer.byteLength(line)
@@ -51,7 +50,6 @@ export function logDestination (): LogDestination {
         scheduled = true
         setImmediate(handOver)
       }
-    },
-    flushSync
+    }
   }
 }

@@ -54,8 +54,8 @@ function listenFailure (error: unknown, config: Config): ConfigError {
 export async function serve (config: Config): Promise<void> {
   const store = await openStore(config.databaseUrl)
   await store.ping()
-  const logStream = logDestination()
-  const log = pino({ level: config.logLevel }, logStream)
+  // Its last lines go out at exit, whichever way the process ends.
+  const log = pino({ level: config.logLevel }, logDestination())
   if (store instanceof PostgresStore) {
     store.onSearch = (event) => {
       if ('lost' in event) log.warn({ host: event.lost }, 'database: host lost or no longer taking writes; looking for the one to write to (503 meanwhile)')
@@ -83,7 +83,6 @@ export async function serve (config: Config): Promise<void> {
 
   const fail = (error: unknown): void => {
     log.error({ err: error }, 'shutdown failed')
-    logStream.flushSync()
     process.exit(1)
   }
   let closing = false
@@ -107,7 +106,6 @@ export async function serve (config: Config): Promise<void> {
     await pruning.stop()
     await store.close() // commits and syncs what it holds, checkpoints the WAL into the .db
     clearTimeout(giveUp)
-    logStream.flushSync()
     process.exit(0)
   }
   // `on`, not `once`: a second signal (Ctrl-C reaches both npm and the server; an impatient

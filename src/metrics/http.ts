@@ -29,7 +29,7 @@ export function refusalCounter (metrics: Metrics): CountRefusal {
 }
 
 /** What is recorded of a request once done, the same for every request of one method, route and status. */
-interface Record {
+interface Outcome {
   /** Its series in the metrics; none for the scrapes of `/metrics` themselves. */
   series?: Series<'method' | 'route' | 'status'>
   /** The logger that writes its line, with the method, route and status already in it; none below info. */
@@ -48,18 +48,18 @@ interface Record {
 export function requestRecorder (metrics: Metrics, log: Logger): (request: FastifyRequest, reply: FastifyReply) => void {
   const { state } = metrics
   const logging = log.isLevelEnabled('info')
-  const known = new Map<string, Record>()
-  const recordOf = (method: string, url: string | undefined, status: number): Record => {
+  const known = new Map<string, Outcome>()
+  const outcomeOf = (method: string, url: string | undefined, status: number): Outcome => {
     const key = `${method} ${url ?? ''} ${status}`
-    let record = known.get(key)
-    if (record === undefined) {
-      record = {
+    let outcome = known.get(key)
+    if (outcome === undefined) {
+      outcome = {
         series: url === '/metrics' ? undefined : metrics.requests.series({ method, route: url === undefined ? UNMATCHED : url.replace(/:(\w+)/g, '{$1}'), status: String(status) }),
         log: logging ? log.child({ method, route: url ?? null, status }) : undefined
       }
-      known.set(key, record)
+      known.set(key, outcome)
     }
-    return record
+    return outcome
   }
 
   return (request, reply) => {
@@ -81,10 +81,10 @@ export function requestRecorder (metrics: Metrics, log: Logger): (request: Fasti
       // An answer whose head went out keeps its status (a change stream its client closed is a 200).
       const status = reply.raw.writableFinished || reply.raw.headersSent ? reply.raw.statusCode : routed.answeredBeforeRoute ?? CLIENT_CLOSED
       const ms = performance.now() - start
-      const record = recordOf(request.method, url, status)
-      record.series?.observe(ms / 1000)
+      const outcome = outcomeOf(request.method, url, status)
+      outcome.series?.observe(ms / 1000)
       // Never a header, so never a token.
-      record.log?.info({ reqId: request.id, durationMs: Math.round(ms * 100) / 100 }, 'request')
+      outcome.log?.info({ reqId: request.id, durationMs: Math.round(ms * 100) / 100 }, 'request')
     })
   }
 }
