@@ -7,7 +7,6 @@
 // head last (an import: the table, then the head), so writers never deadlock.
 import type pg from 'pg'
 import { commit } from './postgres-commit.js'
-import { isUniqueViolation } from './postgres-errors.js'
 import { rowToPlant } from './postgres-rows.js'
 import { meets, pageOf, readFrom, scanEnd, CHANGES_SCAN, type Change, type ChangesPage, type ChangeType, type Created, type LogBounds, type Plant, type PlantRecord, type Versions, type VersionedPlant } from './store.js'
 
@@ -72,25 +71,52 @@ async function write<T> (client: pg.ClientBase, work: () => Promise<{ changed: b
 
 const STORED_SQL = 'SELECT name, tag, version FROM plants WHERE id = $1::int8'
 
-export async function createPlant (client: pg.ClientBase, plant: PlantRecord): Promise<Created> {
-  return await write<Created>(client, async () => {
-    const tag = plant.tag ?? null
-    // The plant may be deleted between the insert that found it and the read: then insert again.
-    for (let attempt = 0; attempt < 3; attempt++) {
-      let inserted: pg.QueryResult
-      try {
-        // Version 0 is never seen: the log statement sets the position before the commit.
-        inserted = await client.query('INSERT INTO plants (id, name, tag, version) VALUES ($1::int8, $2, $3, 0) ON CONFLICT (id) DO NOTHING', [plant.id.toString(), plant.name, tag])
-      } catch (error) {
-        // A unique index other than the id's (one an operator added) refuses the plant: a conflict, rolled back.
-        if (isUniqueViolation(error)) return { changed: false, outcome: { outcome: 'conflict' } }
-        throw error
-      }
-      if (inserted.rowCount === 1) return { changed: true, outcome: { outcome: 'created', version: await logged(client, 'plant.created', plant, null) } }
-      const { rows: [stored] } = await client.query<StoredRow>(STORED_SQL, [plant.id.toString()])
-      if (stored !== undefined) return { changed: false, outcome: { outcome: stored.name === plant.name && stored.tag === tag ? 'same' : 'conflict', version: stored.version } }
-    }
-    return { changed: false, outcome: { outcome: 'conflict' } }
+/** Inserts the plants not yet stored (version 0 is never seen: the log statement sets the position before the commit). */
+const INSERT_MANY_SQL = `INSERT INTO plants (id, name, tag, version)
+SELECT id, name, tag, 0 FROM unnest($1::int8[], $2::text[], $3::text[]) AS r (id, name, tag)
+ON CONFLICT (id) DO NOTHING RETURNING id`
+
+const STORED_MANY_SQL = 'SELECT id, name, tag, version FROM plants WHERE id = ANY($1::int8[])'
+
+/** LOG_SQL for several creates at once: the head taken once, a position for each, in the order given. */
+const LOG_CREATED_SQL = `WITH bumped AS (UPDATE change_log SET head = head + cardinality($1::int8[]) RETURNING head),
+  created AS (SELECT r.id, r.name, r.tag, bumped.head - cardinality($1::int8[]) + r.n AS position
+    FROM bumped, unnest($1::int8[], $2::text[], $3::text[]) WITH ORDINALITY AS r (id, name, tag, n)),
+  versioned AS (UPDATE plants SET version = created.position FROM created WHERE plants.id = created.id)
+INSERT INTO changes (position, type, plant_id, name, tag, tag_before) SELECT position, 'plant.created', id, name, tag, NULL FROM created RETURNING position, plant_id`
+
+/** A create to run again: its id was taken when inserted, and free when read (the plant deleted in between). */
+export type CreatedOrAgain = Created | 'again'
+
+/**
+ * Creates `plants` (distinct ids, in ascending order, so that concurrent batches lock their rows
+ * in one order and never deadlock) in one transaction: those whose id is free are inserted and
+ * logged, with the head taken once for all; the others are answered from the stored plant.
+ * Throws a unique violation when an index other than the id's (one an operator added) refuses
+ * one: nothing is stored then.
+ */
+export async function createMany (client: pg.ClientBase, plants: readonly PlantRecord[]): Promise<CreatedOrAgain[]> {
+  return await write<CreatedOrAgain[]>(client, async () => {
+    const columns = (of: readonly PlantRecord[]): [string[], string[], Array<string | null>] =>
+      [of.map(plant => plant.id.toString()), of.map(plant => plant.name), of.map(plant => plant.tag ?? null)]
+    const { rows: inserted } = await client.query<{ id: bigint }>(INSERT_MANY_SQL, columns(plants))
+    const isNew = new Set(inserted.map(row => row.id))
+    const fresh = plants.filter(plant => isNew.has(plant.id))
+    const taken = plants.filter(plant => !isNew.has(plant.id))
+    const stored = taken.length === 0
+      ? new Map<bigint, StoredRow>()
+      : new Map((await client.query<StoredRow & { id: bigint }>(STORED_MANY_SQL, [taken.map(plant => plant.id.toString())])).rows.map(row => [row.id, row]))
+    const positions = fresh.length === 0
+      ? new Map<bigint, bigint>()
+      : new Map((await client.query<{ position: bigint, plant_id: bigint }>(LOG_CREATED_SQL, columns(fresh))).rows.map(row => [row.plant_id, row.position]))
+    const outcomes = plants.map((plant): CreatedOrAgain => {
+      const position = positions.get(plant.id)
+      if (position !== undefined) return { outcome: 'created', version: position }
+      const row = stored.get(plant.id)
+      if (row === undefined) return 'again'
+      return { outcome: row.name === plant.name && row.tag === (plant.tag ?? null) ? 'same' : 'conflict', version: row.version }
+    })
+    return { changed: fresh.length > 0, outcome: outcomes }
   })
 }
 

@@ -4,7 +4,8 @@ import { describe } from './describe.js'
 import { commit } from './postgres-commit.js'
 import { isHostLost, isUnavailable, isUniqueViolation } from './postgres-errors.js'
 import { databaseHosts, hostOf, sessionRefusal, type DatabaseHosts } from './postgres-hosts.js'
-import { changesPage, createPlant, logBounds, pruneChanges, removePlant, replacePlant } from './postgres-changes.js'
+import { changesPage, createMany, logBounds, pruneChanges, removePlant, replacePlant } from './postgres-changes.js'
+import { batchedCreates } from './postgres-creates.js'
 import { LIST_SQL, rowToPlant, TYPES, unstorable, type ListRow, type PlantRow } from './postgres-rows.js'
 import { LOCKS, migrate } from './postgres-schema.js'
 import { exportPostgres, importPostgres } from './postgres-transfer.js'
@@ -173,6 +174,9 @@ export class PostgresStore implements Store {
     work => this.run('writes', () => work((text, values) => this.query(text, values))),
     work => this.run('writes', answered => this.transaction(client => work((text, values) => client.query(text, values)), answered)))
 
+  /** Creates share transactions (src/store/postgres-creates.ts). */
+  private readonly batchedCreate = batchedCreates(plants => this.withClient(client => createMany(client, plants)))
+
   private constructor (private readonly hosts: DatabaseHosts, url: string, limits: PostgresLimits) {
     this.limits = limits
     this.url = url
@@ -293,7 +297,7 @@ export class PostgresStore implements Store {
   create (plant: PlantRecord): Promise<Created> {
     const refused = unstorable(plant)
     if (refused !== undefined) return Promise.reject(refused)
-    return this.run('writes', () => this.withClient(client => createPlant(client, plant)))
+    return this.run('writes', () => this.batchedCreate(plant))
   }
 
   get (id: bigint): Promise<VersionedPlant | undefined> {

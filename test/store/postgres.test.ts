@@ -57,6 +57,39 @@ if (PG_URL === undefined) {
     assert.equal(await store.get(2n), undefined)
   })
 
+  test('creates that arrive together share one transaction: the head taken once, every outcome its own', async (t) => {
+    const { store, schema } = await open(t)
+    assert.equal((await store.create({ id: 3n, name: 'Stored' })).outcome, 'created')
+    // One turn: 60 new plants (ids out of order), a repeat of a new one in the same turn (answered
+    // from the first, logged once), an identical retry of a stored one, and a conflicting one.
+    const ids = Array.from({ length: 60 }, (_, i) => BigInt(1000 - i * 7))
+    const [created, repeat, same, conflict] = await Promise.all([
+      Promise.all(ids.map(id => store.create({ id, name: `p${id}` }))),
+      store.create({ id: ids[5], name: `p${ids[5]}` }),
+      store.create({ id: 3n, name: 'Stored' }),
+      store.create({ id: 3n, name: 'Other' })
+    ])
+    assert.ok(created.every(c => c.outcome === 'created'))
+    assert.deepEqual(created.map(c => c.version).sort((a, b) => Number(a! - b!)), Array.from({ length: 60 }, (_, i) => BigInt(i + 2)), 'positions 2–61, each once')
+    assert.deepEqual(repeat, { outcome: 'same', version: created[5].version })
+    assert.deepEqual([same, conflict], [{ outcome: 'same', version: 1n }, { outcome: 'conflict', version: 1n }])
+    for (const [i, id] of ids.entries()) assert.deepEqual(await store.get(id), { plant: { id, name: `p${id}` }, version: created[i].version })
+    // Rows written by one transaction share its id (xmin).
+    const logged = await adminQuery(`SELECT count(*)::int AS changes, count(DISTINCT xmin::text)::int AS transactions FROM ${schema}.changes WHERE position > 1`)
+    assert.equal(logged.rows[0].changes, 60, 'each create logged once, the retries not')
+    assert.ok(logged.rows[0].transactions <= 2, `${logged.rows[0].transactions} transactions for 60 creates of one turn`)
+  })
+
+  test('a batch refused by an index an operator added: only the create that violates it is a conflict', async (t) => {
+    const { store, schema } = await open(t)
+    await adminQuery(`CREATE UNIQUE INDEX plants_name ON ${schema}.plants (name)`)
+    assert.equal((await store.create({ id: 1n, name: 'Fern' })).outcome, 'created')
+    const outcomes = await Promise.all([2n, 3n, 4n, 5n].map(id => store.create({ id, name: id === 4n ? 'Fern' : `p${id}` })))
+    assert.deepEqual(outcomes.map(o => o.outcome), ['created', 'created', 'conflict', 'created'])
+    assert.equal(await store.get(4n), undefined)
+    assert.equal((await adminQuery(`SELECT count(*)::int AS n FROM ${schema}.changes`)).rows[0].n, 4)
+  })
+
   test('a name or tag holding U+0000, which PostgreSQL text cannot keep, is refused as the client\'s error and nothing is stored', async (t) => {
     const { store } = await open(t)
     await assert.rejects(store.create({ id: 1n, name: 'a\u0000b' }), UnstorableTextError)
