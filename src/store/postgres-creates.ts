@@ -34,7 +34,7 @@ export function batchedCreates (runBatch: (plants: readonly PlantRecord[]) => Pr
     scheduled = true
     setImmediate(() => {
       scheduled = false
-      while (running < IN_FLIGHT && waiting.length > 0) void run(take())
+      while (running < IN_FLIGHT && waiting.length > 0) run(take()).catch(() => {}) // run settles every waiting create itself
     })
   }
 
