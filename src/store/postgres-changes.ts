@@ -78,12 +78,16 @@ ON CONFLICT (id) DO NOTHING RETURNING id`
 
 const STORED_MANY_SQL = 'SELECT id, name, tag, version FROM plants WHERE id = ANY($1::int8[])'
 
-/** LOG_SQL for several creates at once: the head taken once, a position for each, in the order given. */
-const LOG_CREATED_SQL = `WITH bumped AS (UPDATE change_log SET head = head + cardinality($1::int8[]) RETURNING head),
-  created AS (SELECT r.id, r.name, r.tag, bumped.head - cardinality($1::int8[]) + r.n AS position
-    FROM bumped, unnest($1::int8[], $2::text[], $3::text[]) WITH ORDINALITY AS r (id, name, tag, n)),
-  versioned AS (UPDATE plants SET version = created.position FROM created WHERE plants.id = created.id)
-INSERT INTO changes (position, type, plant_id, name, tag, tag_before) SELECT position, 'plant.created', id, name, tag, NULL FROM created RETURNING position, plant_id`
+/**
+ * LOG_SQL for several creates at once: the head taken once, a position for each, in the order
+ * given. The plants' versions are set through their ids' index (= ANY), never by a join the
+ * planner could answer with a scan of the table.
+ */
+const LOG_CREATED_SQL = `WITH bumped AS (UPDATE change_log SET head = head + cardinality($1::int8[]) RETURNING head - cardinality($1::int8[]) AS base),
+  versioned AS (UPDATE plants SET version = bumped.base + array_position($1::int8[], plants.id) FROM bumped WHERE plants.id = ANY($1::int8[]))
+INSERT INTO changes (position, type, plant_id, name, tag, tag_before)
+SELECT bumped.base + r.n, 'plant.created', r.id, r.name, r.tag, NULL FROM bumped, unnest($1::int8[], $2::text[], $3::text[]) WITH ORDINALITY AS r (id, name, tag, n)
+RETURNING position, plant_id`
 
 /** A create to run again: its id was taken when inserted, and free when read (the plant deleted in between). */
 export type CreatedOrAgain = Created | 'again'
