@@ -16,8 +16,9 @@
 //            N records and, when more remain, the Link header to the next page.
 //   postgres all three routes on PostgreSQL (DATABASE_URL), with the service's client and pool
 //            size (pg, 10 connections) and the store's statements (src/store/postgres.ts):
-//            POST as the ceiling, then the insert ON CONFLICT DO NOTHING and, when it inserted
-//            nothing, the read by id that tells the same plant (200) from another (409); GET
+//            POST as the ceiling, then, as the store does, the creates of one turn in one insert
+//            ON CONFLICT DO NOTHING (in autocommit: no change log) and, for an id it did not
+//            insert, the read by id that tells the same plant (200) from another (409); GET
 //            the read by id; the page the first-page query with limit + 1. Rows come as arrays
 //            with int8 as pg's text, written into the JSON as they are: exact, and no BigInt.
 //   postgres-js  the same with postgres.js (max 10, its prepared statements and pipelining)
@@ -183,7 +184,7 @@ function list (): Handler {
 
 /** The store's statements, as src/store/postgres.ts sends them: ids as text, cast to int8. */
 const PG_SQL = {
-  insert: 'INSERT INTO plants (id, name, tag) VALUES ($1::int8, $2, $3) ON CONFLICT (id) DO NOTHING',
+  insert: 'INSERT INTO plants (id, name, tag) SELECT * FROM unnest($1::int8[], $2::text[], $3::text[]) ON CONFLICT (id) DO NOTHING RETURNING id::text',
   byId: 'SELECT id, name, tag FROM plants WHERE id = $1::int8',
   first: 'SELECT id, name, tag FROM plants ORDER BY id LIMIT $1'
 }
@@ -197,8 +198,8 @@ type PgRow = [string, string, string | null]
 
 /** The store's three statements through one client; rows as arrays, int8 as text. */
 interface Statements {
-  /** True when it inserted. */
-  insert (id: string, name: string, tag: string | null): Promise<boolean>
+  /** The ids it inserted. */
+  insert (ids: string[], names: string[], tags: Array<string | null>): Promise<Set<string>>
   byId (id: string): Promise<PgRow[]>
   first (limit: number): Promise<PgRow[]>
 }
@@ -207,7 +208,7 @@ function pgStatements (): Statements {
   const pool = new pg.Pool({ connectionString: database, max: 10, idleTimeoutMillis: 30_000, application_name: 'plantstore-yardstick' })
   pool.on('error', () => {})
   return {
-    insert: async (id, name, tag) => (await pool.query(PG_SQL.insert, [id, name, tag])).rowCount === 1,
+    insert: async (ids, names, tags) => new Set((await pool.query<[string]>({ text: PG_SQL.insert, values: [ids, names, tags], rowMode: 'array' })).rows.map(([id]) => id)),
     byId: async (id) => (await pool.query<PgRow>({ text: PG_SQL.byId, values: [id], rowMode: 'array' })).rows,
     first: async (limit) => (await pool.query<PgRow>({ text: PG_SQL.first, values: [limit], rowMode: 'array' })).rows
   }
@@ -216,16 +217,27 @@ function pgStatements (): Statements {
 function postgresJsStatements (): Statements {
   const sql = postgresJs(database, { max: 10, idle_timeout: 30, connection: { application_name: 'plantstore-yardstick' }, onnotice: () => {} })
   return {
-    insert: async (id, name, tag) => (await sql`INSERT INTO plants (id, name, tag) VALUES (${id}::int8, ${name}, ${tag}) ON CONFLICT (id) DO NOTHING`).count === 1,
+    insert: async (ids, names, tags) => new Set((await sql`INSERT INTO plants (id, name, tag) SELECT * FROM unnest(${ids}::int8[], ${names}::text[], ${tags}::text[]) ON CONFLICT (id) DO NOTHING RETURNING id::text`.values()).map(([id]) => id as string)),
     byId: async (id) => await sql`SELECT id, name, tag FROM plants WHERE id = ${id}::int8`.values() as unknown as PgRow[],
     first: async (limit) => await sql`SELECT id, name, tag FROM plants ORDER BY id LIMIT ${limit}`.values() as unknown as PgRow[]
   }
 }
 
 function postgres (db: Statements): Handler {
+  let turn: Array<{ plant: NewPlant, inserted: (ids: Set<string>) => void, failed: (error: unknown) => void }> = []
+  const insertTurn = (): void => {
+    const batch = turn
+    turn = []
+    db.insert(batch.map(entry => String(entry.plant.id)), batch.map(entry => entry.plant.name), batch.map(entry => entry.plant.tag ?? null))
+      .then(ids => { for (const entry of batch) entry.inserted(ids) }, error => { for (const entry of batch) entry.failed(error) })
+  }
   const create = async (plant: NewPlant): Promise<boolean> => {
     const tag = plant.tag ?? null
-    if (await db.insert(String(plant.id), plant.name, tag)) return true
+    const ids = await new Promise<Set<string>>((resolve, reject) => {
+      if (turn.length === 0) setImmediate(insertTurn)
+      turn.push({ plant, inserted: resolve, failed: reject })
+    })
+    if (ids.has(String(plant.id))) return true
     const [row] = await db.byId(String(plant.id))
     return row !== undefined && row[1] === plant.name && row[2] === tag
   }
