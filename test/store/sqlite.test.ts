@@ -181,6 +181,28 @@ test('a write that fails in its savepoint takes no position: the turn\'s other w
   assert.equal((await store.get(1n))?.version, 2n)
 })
 
+test('a turn of 101 writes logs each change once, in order, though its changes go in a few statements at the end', async (t) => {
+  const store = new SqliteStore(join(tempDir(t), 'plantstore.db'))
+  t.after(() => store.close())
+  const before = Date.now()
+  const writes = await Promise.all([
+    ...Array.from({ length: 100 }, (_, i) => store.create({ id: BigInt(100 - i), name: `p${100 - i}`, ...(i % 2 === 0 ? { tag: 'even' } : {}) })),
+    store.replace(100n, { name: 'renamed' })
+  ])
+  assert.deepEqual(writes.map(w => 'version' in w ? w.version : undefined), Array.from({ length: 101 }, (_, i) => BigInt(i + 1)))
+  const page = await store.changes({ limit: 1000 })
+  assert.notEqual(page, 'gone')
+  if (page === 'gone') return
+  assert.deepEqual(page.changes.map(change => [change.position, change.type, change.plant]), [
+    ...Array.from({ length: 100 }, (_, i) => [BigInt(i + 1), 'plant.created', { id: BigInt(100 - i), name: `p${100 - i}`, ...(i % 2 === 0 ? { tag: 'even' } : {}) }]),
+    [101n, 'plant.updated', { id: 100n, name: 'renamed' }]
+  ])
+  assert.ok(page.changes.every(change => change.at.getTime() >= before - 1 && change.at.getTime() <= Date.now()))
+  assert.deepEqual(await store.logBounds(), { head: 101n, floor: 0n })
+  const tagged = await store.changes({ limit: 1000, tag: 'even' })
+  assert.equal(tagged !== 'gone' && tagged.changes.length, 51, 'the tag, and the tag before the replace, kept per change')
+})
+
 test('past its bound the WAL is checkpointed by another thread, restarted, and the WAL file keeps its inode', async (t) => {
   const path = join(tempDir(t), 'plantstore.db')
   const store = new SqliteStore(path)
