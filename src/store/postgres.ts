@@ -297,7 +297,7 @@ export class PostgresStore implements Store {
   create (plant: PlantRecord): Promise<Created> {
     const refused = unstorable(plant)
     if (refused !== undefined) return Promise.reject(refused)
-    return this.run('writes', () => this.batchedCreate(plant))
+    return this.run('writes', answered => this.batchedCreate(plant, answered))
   }
 
   get (id: bigint): Promise<VersionedPlant | undefined> {

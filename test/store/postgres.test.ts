@@ -90,6 +90,71 @@ if (PG_URL === undefined) {
     assert.equal((await adminQuery(`SELECT count(*)::int AS n FROM ${schema}.changes`)).rows[0].n, 4)
   })
 
+  test('two instances creating the same ids in opposite orders, beside replaces and deletes: each settles once, every version is its last change\'s position, no position is skipped', async (t) => {
+    const { url, schema } = await pgSchema(t)
+    const [a, b] = await Promise.all([PostgresStore.open(url, { writeTimeoutMs: 10_000 }), PostgresStore.open(url, { writeTimeoutMs: 10_000 })])
+    t.after(() => Promise.all([a.close(), b.close()]))
+    for (let id = 1n; id <= 20n; id++) await a.create({ id, name: `p${id}` })
+    const fresh = Array.from({ length: 100 }, (_, i) => BigInt(21 + i))
+    const [fromA, fromB, ...rest] = await Promise.all([
+      Promise.all(fresh.map(id => a.create({ id, name: `p${id}` }))),
+      Promise.all([...fresh].reverse().map(id => b.create({ id, name: `p${id}` }))),
+      ...[11n, 12n, 13n, 14n, 15n].map(id => a.replace(id, { name: 'replaced' })),
+      ...[16n, 17n, 18n, 19n, 20n].map(id => b.remove(id)),
+      ...[16n, 17n, 18n, 19n, 20n].map(id => b.create({ id, name: `p${id}` })),
+      ...[1n, 2n, 3n].map(id => b.create({ id, name: `p${id}` })),
+      ...[4n, 5n].map(id => a.create({ id, name: 'other' }))
+    ])
+    const byId = new Map<bigint, string[]>()
+    for (const [i, id] of fresh.entries()) byId.set(id, [fromA[i].outcome, fromB[fresh.length - 1 - i].outcome])
+    for (const [id, outcomes] of byId) assert.deepEqual(outcomes.sort(), ['created', 'same'], `id ${id}: created once, the other same`)
+    assert.deepEqual(rest.slice(15, 20).map(r => (r as { outcome: string }).outcome), ['same', 'same', 'same'].concat(['conflict', 'conflict']))
+    const { rows: positions } = await adminQuery(`SELECT position::int AS p FROM ${schema}.changes ORDER BY position`)
+    assert.deepEqual(positions.map(row => row.p), Array.from({ length: positions.length }, (_, i) => i + 1), 'positions 1..head, none skipped')
+    const { rows: mismatched } = await adminQuery(`SELECT p.id FROM ${schema}.plants p WHERE p.version <> (SELECT max(position) FROM ${schema}.changes c WHERE c.plant_id = p.id)`)
+    assert.deepEqual(mismatched, [], 'every version is the position of its plant\'s last change')
+    assert.equal((await adminQuery(`SELECT count(*)::int AS n FROM ${schema}.changes WHERE type = 'plant.created' AND plant_id BETWEEN 21 AND 120`)).rows[0].n, 100, 'each new id logged once')
+  })
+
+  test('batches that deadlock on an index an operator added are split, not refused: every create settles as it would alone', async (t) => {
+    const { url, schema } = await pgSchema(t)
+    const [a, b] = await Promise.all([PostgresStore.open(url, { writeTimeoutMs: 10_000 }), PostgresStore.open(url, { writeTimeoutMs: 10_000 })])
+    t.after(() => Promise.all([a.close(), b.close()]))
+    await adminQuery(`CREATE UNIQUE INDEX plants_name ON ${schema}.plants (name)`)
+    // Ids ascend in both batches, the names they hold cross: each batch waits on the other's name.
+    // A pause before each batch's second row makes both hold their first name before either asks for the second.
+    await adminQuery(`CREATE FUNCTION ${schema}.pause () RETURNS trigger AS $$ BEGIN IF NEW.id IN (2, 4) THEN PERFORM pg_sleep(0.3); END IF; RETURN NEW; END $$ LANGUAGE plpgsql;
+      CREATE TRIGGER pause BEFORE INSERT ON ${schema}.plants FOR EACH ROW EXECUTE FUNCTION ${schema}.pause()`)
+    const outcomes = await Promise.all([
+      ...[1n, 2n].map((id, i) => a.create({ id, name: ['x', 'y'][i] })),
+      ...[3n, 4n].map((id, i) => b.create({ id, name: ['y', 'x'][i] }))
+    ])
+    assert.equal(outcomes.filter(o => o.outcome === 'created').length, 2, JSON.stringify(outcomes, (_, v) => typeof v === 'bigint' ? String(v) : v))
+    assert.equal(outcomes.filter(o => o.outcome === 'conflict').length, 2)
+    const { rows } = await adminQuery(`SELECT name FROM ${schema}.plants ORDER BY name`)
+    assert.deepEqual(rows.map(row => row.name), ['x', 'y'])
+  })
+
+  test('a create still waiting for its batch when its caller is answered 503 is dropped, never stored', async (t) => {
+    const { store, url } = await open(t, { writeTimeoutMs: 300 })
+    const holder = new pg.Client({ connectionString: url })
+    await holder.connect()
+    t.after(() => holder.end())
+    await holder.query('BEGIN')
+    await holder.query('SELECT head FROM change_log FOR UPDATE') // every plant write waits for the head
+    const turn = async (): Promise<void> => { await new Promise(resolve => setImmediate(resolve)) }
+    const begun = [outcome(store.create({ id: 1n, name: 'a' }))]
+    await turn()
+    begun.push(outcome(store.create({ id: 2n, name: 'b' })))
+    await turn()
+    const queued = outcome(store.create({ id: 3n, name: 'c' })) // two batches are under way: this one waits
+    assert.deepEqual(await Promise.all([...begun, queued]), ['unavailable', 'unavailable', 'unavailable'])
+    await holder.query('ROLLBACK')
+    await new Promise(resolve => setTimeout(resolve, 300))
+    assert.equal(await store.get(3n), undefined, 'answered 503 before it began: not stored')
+    assert.equal((await store.create({ id: 3n, name: 'c' })).outcome, 'created')
+  })
+
   test('a name or tag holding U+0000, which PostgreSQL text cannot keep, is refused as the client\'s error and nothing is stored', async (t) => {
     const { store } = await open(t)
     await assert.rejects(store.create({ id: 1n, name: 'a\u0000b' }), UnstorableTextError)
