@@ -225,7 +225,8 @@ export class PostgresStore implements Store {
    * Runs `work` within the caps and the deadline. Past the deadline the caller is answered 503;
    * the work may still complete (a write then stored: an identical retry answers 'same'), and it
    * counts against the cap until it does. `work` is told whether its caller was answered so: a
-   * transaction (`transaction`) then rolls back rather than commit.
+   * transaction (`transaction`) then rolls back rather than commit, and a create not yet begun
+   * is dropped (postgres-creates.ts).
    */
   private run<T> (kind: 'writes' | 'reads', work: (answered: () => boolean) => Promise<T>): Promise<T> {
     if (this.closed) return Promise.reject(new StoreUnavailableError('The store is closed.'))
