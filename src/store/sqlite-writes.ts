@@ -9,9 +9,6 @@ import { VERSIONED_PLANT_SQL, rowToPlant, rowToToken, type PlantRow, type TokenR
 import { webhookWrites } from './sqlite-webhooks.js'
 import { meets, type ChangeType, type Created, type NewToken, type Versions, type VersionedPlant } from './store.js'
 
-/** The most changes one insert statement takes (7 values each: within SQLite's limit of 32,766 values). */
-const LOG_ROWS = 64
-
 /** A write's name: one of the operations below. */
 export type Operation = keyof ReturnType<typeof operationsOf>
 /** How a write ended in its transaction: done with a value, or failed with an error. */
@@ -38,49 +35,24 @@ export function plantCreator (db: Database.Database): (id: bigint, name: string,
  * its own, so that a write that fails halfway leaves neither its plant nor its change (see
  * openWriter for when each runs). The head is read once per
  * transaction (`begin`), advanced in memory by each write that logged a change, and stored once
- * (`end`) before the commit. A plain transaction's changes go in at its end too, in a few
- * multi-row inserts rather than one statement per change; with savepoints, each write inserts its
- * own, so that a change refused takes only its write with it.
+ * (`end`) before the commit.
  */
 function plantWrites (db: Database.Database) {
-  const logStatements = new Map<number, Database.Statement>()
   const sql = {
     head: db.prepare('SELECT head FROM change_log').pluck(),
     advance: db.prepare('UPDATE change_log SET head = ?'),
     stored: db.prepare('SELECT name, tag, version FROM plants WHERE id = ?').raw(),
     update: db.prepare('UPDATE plants SET name = ?, tag = ?, version = ? WHERE id = ?'),
     remove: db.prepare('DELETE FROM plants WHERE id = ?'),
-    /** The insert of `rows` changes at once, made once per count used. */
-    log: (rows: number): Database.Statement => {
-      let statement = logStatements.get(rows)
-      if (statement === undefined) {
-        statement = db.prepare(`INSERT INTO changes (position, type, plant_id, name, tag, tag_before, at) VALUES ${Array(rows).fill('(?, ?, ?, ?, ?, ?, ?)').join(', ')}`)
-        logStatements.set(rows, statement)
-      }
-      return statement
-    }
+    log: db.prepare('INSERT INTO changes (position, type, plant_id, name, tag, tag_before, at) VALUES (?, ?, ?, ?, ?, ?, ?)')
   }
   const create = plantCreator(db)
   /** The head as read at the transaction's start, and as this transaction's writes advanced it. */
   let read = 0n
   let head = 0n
   const next = (): bigint => head + 1n
-  /** The transaction's changes, seven values each, and the time they are logged at (one clock reading a transaction). */
-  let changes: unknown[] = []
-  let at = 0
-  let deferred = false
   const log = (position: bigint, type: ChangeType, id: bigint, name: string, tag: string | null, tagBefore: string | null): void => {
-    if (deferred) changes.push(position, type, id, name, tag, tagBefore, at)
-    else sql.log(1).run(position, type, id, name, tag, tagBefore, at)
-  }
-  /** Inserts the transaction's changes in statements of 2^k rows (at most LOG_ROWS), largest first: a few statements a transaction, few kept. */
-  const insertChanges = (): void => {
-    for (let start = 0, left = changes.length / 7; left > 0;) {
-      const rows = Math.min(LOG_ROWS, 2 ** Math.floor(Math.log2(left)))
-      sql.log(rows).run(changes.slice(start, start + rows * 7))
-      start += rows * 7
-      left -= rows
-    }
+    sql.log.run(position, type, id, name, tag, tagBefore, Date.now())
   }
   /** A write, plain and in a savepoint of its own; the head moves once it is done (its savepoint released). */
   const logged = <A extends unknown[], R>(write: (...args: A) => R, position: (result: R) => bigint | undefined) => {
@@ -96,18 +68,8 @@ function plantWrites (db: Database.Database) {
   const refusal = (stored: Stored | undefined, ifMatch: Versions | undefined): 'not-found' | 'precondition-failed' =>
     stored === undefined && ifMatch === undefined ? 'not-found' : 'precondition-failed'
   return {
-    /** Starts a transaction's plant writes: `plain` ones (no savepoints) log their changes at its end. */
-    begin: (plain: boolean) => {
-      read = head = sql.head.get() as bigint
-      changes = []
-      at = Date.now()
-      deferred = plain
-    },
-    end: () => {
-      if (head === read) return
-      insertChanges()
-      sql.advance.run(head)
-    },
+    begin: () => { read = head = sql.head.get() as bigint },
+    end: () => { if (head !== read) sql.advance.run(head) },
     create: logged((id: bigint, name: string, tag: string | null) => {
       const created = create(id, name, tag, next())
       if (created.outcome === 'created') log(created.version, 'plant.created', id, name, tag, null)
@@ -212,16 +174,15 @@ export function openWriter (path: string): Writer {
     db.pragma(`journal_size_limit = ${WAL_LIMIT_BYTES}`)
     const sql = prepare(db)
     // A failing write must leave the others intact. A turn's writes first run plain, with no
-    // savepoint (two statements a write saved) and their changes logged together at the end; if one
-    // fails, or the log's insert does, the whole transaction is rolled back and the turn runs
-    // again with each plant write in a savepoint of its own (every other
+    // savepoint (two statements a write saved); if one fails, the whole transaction is rolled
+    // back and the turn runs again with each plant write in a savepoint of its own (every other
     // operation changes rows with one statement at most, which SQLite undoes by itself).
     // Some errors (a full disk, an I/O error) make SQLite roll back the whole transaction: then
     // the transaction stops there and throws, and no write of it is stored.
     const runAll = (isolated: boolean) => {
       const operations = operationsOf(sql, isolated)
       return db.transaction((writes: Array<{ op: Operation, args: unknown[] }>): WriteResult[] => {
-        sql.plants.begin(!isolated)
+        sql.plants.begin()
         const results = writes.map(({ op, args }): WriteResult => {
           try {
             return [true, (operations[op] as (...args: unknown[]) => unknown)(...args)]
@@ -231,11 +192,7 @@ export function openWriter (path: string): Writer {
             return [false, error]
           }
         })
-        try {
-          sql.plants.end()
-        } catch (error) {
-          throw db.inTransaction && !isolated ? RUN_ISOLATED : error
-        }
+        sql.plants.end()
         return results
       })
     }

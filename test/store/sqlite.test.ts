@@ -181,7 +181,7 @@ test('a write that fails in its savepoint takes no position: the turn\'s other w
   assert.equal((await store.get(1n))?.version, 2n)
 })
 
-test('a turn of 101 writes logs each change once, in order, though its changes go in a few statements at the end', async (t) => {
+test('a turn of 101 writes logs each change once, in order, with its tag', async (t) => {
   const store = new SqliteStore(join(tempDir(t), 'plantstore.db'))
   t.after(() => store.close())
   const before = Date.now()
