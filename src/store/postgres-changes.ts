@@ -8,7 +8,7 @@
 import type pg from 'pg'
 import { commit } from './postgres-commit.js'
 import { rowToPlant } from './postgres-rows.js'
-import { meets, pageOf, readFrom, scanEnd, CHANGES_SCAN, type Change, type ChangesPage, type ChangeType, type Created, type LogBounds, type Plant, type PlantRecord, type Versions, type VersionedPlant } from './store.js'
+import { isSamePlant, meets, pageOf, readFrom, scanEnd, CHANGES_SCAN, type Change, type ChangesPage, type ChangeType, type Created, type LogBounds, type Plant, type PlantRecord, type Versions, type VersionedPlant } from './store.js'
 
 /** The head and the floor (positions at or below it are gone), in one snapshot. */
 const BOUNDS_SQL = 'SELECT head, coalesce((SELECT min(position) - 1 FROM changes), head) AS floor FROM change_log'
@@ -89,6 +89,11 @@ INSERT INTO changes (position, type, plant_id, name, tag, tag_before)
 SELECT bumped.base + r.n, 'plant.created', r.id, r.name, r.tag, NULL FROM bumped, unnest($1::int8[], $2::text[], $3::text[]) WITH ORDINALITY AS r (id, name, tag, n)
 RETURNING position, plant_id`
 
+/** The parameters of INSERT_MANY_SQL and LOG_CREATED_SQL: ids (as text, exact), names and tags, column by column. */
+function columns (plants: readonly PlantRecord[]): [string[], string[], Array<string | null>] {
+  return [plants.map(plant => plant.id.toString()), plants.map(plant => plant.name), plants.map(plant => plant.tag ?? null)]
+}
+
 /** A create to run again: its id was taken when inserted, and free when read (the plant deleted in between). */
 export type CreatedOrAgain = Created | 'again'
 
@@ -101,8 +106,6 @@ export type CreatedOrAgain = Created | 'again'
  */
 export async function createMany (client: pg.ClientBase, plants: readonly PlantRecord[]): Promise<CreatedOrAgain[]> {
   return await write<CreatedOrAgain[]>(client, async () => {
-    const columns = (of: readonly PlantRecord[]): [string[], string[], Array<string | null>] =>
-      [of.map(plant => plant.id.toString()), of.map(plant => plant.name), of.map(plant => plant.tag ?? null)]
     const { rows: inserted } = await client.query<{ id: bigint }>(INSERT_MANY_SQL, columns(plants))
     const isNew = new Set(inserted.map(row => row.id))
     const fresh = plants.filter(plant => isNew.has(plant.id))
@@ -118,7 +121,7 @@ export async function createMany (client: pg.ClientBase, plants: readonly PlantR
       if (position !== undefined) return { outcome: 'created', version: position }
       const row = stored.get(plant.id)
       if (row === undefined) return 'again'
-      return { outcome: row.name === plant.name && row.tag === (plant.tag ?? null) ? 'same' : 'conflict', version: row.version }
+      return { outcome: isSamePlant(row, plant) ? 'same' : 'conflict', version: row.version }
     })
     return { changed: fresh.length > 0, outcome: outcomes }
   })

@@ -77,14 +77,14 @@ export function batchedCreates (runBatch: (plants: readonly PlantRecord[]) => Pr
         else waiting.push(entry)
       })
     } catch (error) {
-      if (!spoiled(error) || (batch.length === 1 && !isUniqueViolation(error))) {
-        for (const entry of batch) entry.reject(error)
-      } else if (batch.length === 1) {
-        batch[0].resolve({ outcome: 'conflict' }) // refused by an operator's index: a conflict
-      } else {
+      if (spoiled(error) && batch.length > 1) {
         const half = Math.ceil(batch.length / 2)
         await settle(batch.slice(0, half))
         await settle(batch.slice(half))
+      } else if (isUniqueViolation(error)) {
+        batch[0].resolve({ outcome: 'conflict' }) // the one create an operator's index refuses
+      } else {
+        for (const entry of batch) entry.reject(error)
       }
     }
   }

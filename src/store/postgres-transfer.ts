@@ -4,7 +4,7 @@ import { describe } from './describe.js'
 import { commit } from './postgres-commit.js'
 import { isUnavailable, sqlstateOf } from './postgres-errors.js'
 import { PAGE_SQL, rowToPlant, unstorable, type PlantRow } from './postgres-rows.js'
-import { EXPORT_PAGE, keysetPages, type ImportOutcome, type PlantRecord } from './store.js'
+import { EXPORT_PAGE, isSamePlant, keysetPages, type ImportOutcome, type PlantRecord } from './store.js'
 
 /** How long an import waits for writers already under way to finish before it takes the table. */
 const LOCK_TIMEOUT = '5s'
@@ -44,7 +44,7 @@ async function firstConflict (client: pg.Client, batch: PlantRecord[]): Promise<
   const stored = new Map(rows.map(row => [row.id, row]))
   return batch.findIndex(plant => {
     const row = stored.get(plant.id)
-    return row === undefined || row.name !== plant.name || row.tag !== (plant.tag ?? null)
+    return row === undefined || !isSamePlant(row, plant)
   })
 }
 

@@ -7,7 +7,7 @@ import { describe } from './describe.js'
 import { configure } from './sqlite-schema.js'
 import { VERSIONED_PLANT_SQL, rowToPlant, rowToToken, type PlantRow, type TokenRow } from './sqlite-rows.js'
 import { webhookWrites } from './sqlite-webhooks.js'
-import { meets, type ChangeType, type Created, type NewToken, type Versions, type VersionedPlant } from './store.js'
+import { isSamePlant, meets, type ChangeType, type Created, type NewToken, type Versions, type VersionedPlant } from './store.js'
 
 /** A write's name: one of the operations below. */
 export type Operation = keyof ReturnType<typeof operationsOf>
@@ -24,7 +24,7 @@ export function plantCreator (db: Database.Database): (id: bigint, name: string,
   return (id, name, tag, version) => {
     if (insert.run(id, name, tag, version).changes === 1) return { outcome: 'created', version }
     const [, storedName, storedTag, storedVersion] = stored.get(id) as [...PlantRow, bigint]
-    return { outcome: storedName === name && storedTag === tag ? 'same' : 'conflict', version: storedVersion }
+    return { outcome: isSamePlant({ name: storedName, tag: storedTag }, { name, tag }) ? 'same' : 'conflict', version: storedVersion }
   }
 }
 

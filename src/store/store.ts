@@ -12,6 +12,14 @@ export interface VersionedPlant { plant: PlantRecord, version: bigint }
 /** The versions a conditional write accepts (If-Match): any existing plant ('*'), or one of these. */
 export type Versions = '*' | bigint[]
 
+/**
+ * True when a stored plant (`tag` null when it has none) is `plant` again: what makes a create of
+ * a taken id an identical retry (`same`) rather than a conflict, in every store and import.
+ */
+export function isSamePlant (stored: { name: string, tag: string | null }, plant: { name: string, tag?: string | null }): boolean {
+  return stored.name === plant.name && stored.tag === (plant.tag ?? null)
+}
+
 /** True when a plant at `version` (undefined: none) meets `condition` (undefined: no condition). */
 export function meets (condition: Versions | undefined, version: bigint | undefined): boolean {
   if (condition === undefined) return true

@@ -80,7 +80,7 @@ if (PG_URL === undefined) {
     assert.ok(logged.rows[0].transactions <= 2, `${logged.rows[0].transactions} transactions for 60 creates of one turn`)
   })
 
-  test('a batch refused by an index an operator added: only the create that violates it is a conflict', async (t) => {
+  test('a batch refused by an index an operator added runs in halves: only the create that violates it is a conflict', async (t) => {
     const { store, schema } = await open(t)
     await adminQuery(`CREATE UNIQUE INDEX plants_name ON ${schema}.plants (name)`)
     assert.equal((await store.create({ id: 1n, name: 'Fern' })).outcome, 'created')
@@ -88,6 +88,9 @@ if (PG_URL === undefined) {
     assert.deepEqual(outcomes.map(o => o.outcome), ['created', 'created', 'conflict', 'created'])
     assert.equal(await store.get(4n), undefined)
     assert.equal((await adminQuery(`SELECT count(*)::int AS n FROM ${schema}.changes`)).rows[0].n, 4)
+    // Run in halves, not one create at a time: 2 and 3, the half without the refused create, share a transaction.
+    const { rows } = await adminQuery(`SELECT count(DISTINCT xmin::text)::int AS n FROM ${schema}.changes WHERE plant_id IN (2, 3)`)
+    assert.equal(rows[0].n, 1)
   })
 
   test('two instances creating the same ids in opposite orders, beside replaces and deletes: each settles once, every version is its last change\'s position, no position is skipped', async (t) => {
