@@ -110,29 +110,36 @@ function makeAjv (fromText: boolean): Ajv {
   // (an array) can be told from a malformed one. Bodies are never coerced: "1" is not an id.
   const ajv = new Ajv({ allErrors: false, strict: false, coerceTypes: false, useDefaults: true, verbose: true })
   ajv.addFormat('int32', { type: 'number', validate: (n: number) => Number.isInteger(n) && n >= -(2 ** 31) && n < 2 ** 31 })
+  // Each keyword is compiled once per schema: its bounds become bigints then, not per request.
   ajv.addKeyword({
     keyword: 'x-int64',
     modifying: true,
     errors: false,
-    validate: (bounds: { minimum: string, maximum: string }, data: unknown, _schema?: unknown, context?: KeywordContext) => {
-      if (typeof data !== 'bigint' && (typeof data !== 'number' || !Number.isSafeInteger(data))) return false
-      const value = BigInt(data)
-      if (value < BigInt(bounds.minimum) || value > BigInt(bounds.maximum) || context === undefined) return false
-      context.parentData[context.parentDataProperty] = value
-      return true
+    compile: (bounds: { minimum: string, maximum: string }) => {
+      const [minimum, maximum] = [BigInt(bounds.minimum), BigInt(bounds.maximum)]
+      return (data: unknown, context?: KeywordContext) => {
+        if (typeof data !== 'bigint' && (typeof data !== 'number' || !Number.isSafeInteger(data))) return false
+        const value = BigInt(data)
+        if (value < minimum || value > maximum || context === undefined) return false
+        context.parentData[context.parentDataProperty] = value
+        return true
+      }
     }
   })
   ajv.addKeyword({
     keyword: 'x-integer',
     modifying: true,
     errors: false,
-    validate: (bounds: { int64: boolean, minimum: string, maximum: string }, data: unknown, _schema?: unknown, context?: KeywordContext) => {
-      if (typeof data === 'number') return Number.isInteger(data) // a default the schema filled in
-      if (typeof data !== 'string' || !DECIMAL.test(data) || context === undefined) return false
-      const value = BigInt(data)
-      if (value < BigInt(bounds.minimum) || value > BigInt(bounds.maximum)) return false
-      context.parentData[context.parentDataProperty] = bounds.int64 ? value : Number(value)
-      return true
+    compile: (bounds: { int64: boolean, minimum: string, maximum: string }) => {
+      const [minimum, maximum] = [BigInt(bounds.minimum), BigInt(bounds.maximum)]
+      return (data: unknown, context?: KeywordContext) => {
+        if (typeof data === 'number') return Number.isInteger(data) // a default the schema filled in
+        if (typeof data !== 'string' || !DECIMAL.test(data) || context === undefined) return false
+        const value = BigInt(data)
+        if (value < minimum || value > maximum) return false
+        context.parentData[context.parentDataProperty] = bounds.int64 ? value : Number(value)
+        return true
+      }
     }
   })
   return ajv
