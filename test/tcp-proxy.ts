@@ -7,6 +7,8 @@ export interface TcpProxy {
   port: number
   /** Resets every open connection (RST) and every new one as soon as it arrives. */
   reset: () => void
+  /** Resets every new connection as it arrives; those open go on: a host that takes no more connections. */
+  refuseNew: () => void
   /**
    * Forwards nothing, either way: open connections stay open, new ones are accepted and never
    * answered. Nothing is lost, only held, as in a network partition.
@@ -24,7 +26,7 @@ interface Link { client: Socket, upstream?: Socket }
  * taken by another process before `restore`; the client sees the connection fail either way.
  */
 export async function startTcpProxy (t: TestContext, target: { host: string, port: number }): Promise<TcpProxy> {
-  let mode: 'open' | 'reset' | 'blackhole' = 'open'
+  let mode: 'open' | 'reset' | 'refuse-new' | 'blackhole' = 'open'
   const links = new Set<Link>()
 
   // Data is forwarded by hand, not piped: pipe() resumes a paused source on 'drain', and a
@@ -45,7 +47,7 @@ export async function startTcpProxy (t: TestContext, target: { host: string, por
   const sockets = (link: Link): Socket[] => link.upstream === undefined ? [link.client] : [link.client, link.upstream]
 
   const server = createServer({ pauseOnConnect: true }, (client) => {
-    if (mode === 'reset') {
+    if (mode === 'reset' || mode === 'refuse-new') {
       client.resetAndDestroy()
       return
     }
@@ -77,6 +79,7 @@ export async function startTcpProxy (t: TestContext, target: { host: string, por
       }
       links.clear()
     },
+    refuseNew: () => { mode = 'refuse-new' },
     blackhole: () => {
       mode = 'blackhole'
       for (const link of links) for (const socket of sockets(link)) socket.pause()

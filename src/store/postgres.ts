@@ -174,8 +174,20 @@ export class PostgresStore implements Store {
     work => this.run('writes', () => work((text, values) => this.query(text, values))),
     work => this.run('writes', answered => this.transaction(client => work((text, values) => client.query(text, values)), answered)))
 
-  /** Creates share transactions (src/store/postgres-creates.ts). */
-  private readonly batchedCreate = batchedCreates(plants => this.withClient(client => createMany(client, plants)))
+  /**
+   * Creates share transactions (src/store/postgres-creates.ts). A batch runs on the pool in use
+   * when it begins, which may be newer than the one its creates' run() saw (a move since): its
+   * host lost starts a search of its own, which run() would take for an old pool's failure.
+   */
+  private readonly batchedCreate = batchedCreates(async (plants) => {
+    const pool = this.pool
+    try {
+      return await this.withClient(client => createMany(client, plants))
+    } catch (error) {
+      if (isHostLost(error)) this.search(pool)
+      throw error
+    }
+  })
 
   private constructor (private readonly hosts: DatabaseHosts, url: string, limits: PostgresLimits) {
     this.limits = limits
