@@ -17,7 +17,7 @@
 // first: on a shared VM throughput drifts from minute to minute (docs/performance.md). Each ratio
 // reported is the median of the rounds' ratios of the service to one yardstick.
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import { closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, readSync, rmSync, writeFileSync } from 'node:fs'
 import { createServer } from 'node:net'
 import { availableParallelism, cpus, loadavg, totalmem, tmpdir } from 'node:os'
 import { dirname, join, resolve } from 'node:path'
@@ -52,7 +52,7 @@ interface Options {
 /** One side of a comparison: a yardstick or the service, as one process or several driven at once. */
 interface Contender { name: ServerName, servers: Server[], /** Its own wrk script (a token of its own store), if not the scenario's. */ script?: string }
 
-interface Server { name: ServerName, child: ChildProcess, pid: number, port: number, output: string[], exit?: string }
+interface Server { name: ServerName, child: ChildProcess, pid: number, port: number, output: string, exit?: string }
 
 interface WrkStats {
   requests: number
@@ -237,6 +237,38 @@ function linesOf (output: string[]): string[] {
   return output.join('').split('\n').filter(line => line.trim() !== '')
 }
 
+/**
+ * A server's output goes to a file, not through this process: a service at `info` writes a line
+ * a request, millions in a run, and reading them here took CPU time beside the servers and wrk
+ * (their turns, and so their CPU per answer, moved with it). The log's cost to the service (its
+ * lines and their writes) is measured all the same. The file is read when the bench reports.
+ */
+function outputFile (name: string): { path: string, fd: number } {
+  const path = join(tempDir(), `${name}.out`)
+  return { path, fd: openSync(path, 'w') }
+}
+
+/** A file's count of lines, its first `head` and its last `tail`, read a block at a time. */
+function summarize (path: string, head = 10, tail = 20): { lines: number, first: string[], last: string[] } {
+  const fd = openSync(path, 'r')
+  const block = Buffer.alloc(1 << 20)
+  let lines = 0
+  let first = ''
+  let last = ''
+  try {
+    for (let read; (read = readSync(fd, block)) > 0;) {
+      for (let at = block.indexOf(10); at !== -1 && at < read; at = block.indexOf(10, at + 1)) lines++
+      const text = block.toString('utf8', 0, read)
+      if (first.length < 64 * 1024) first += text
+      last = (last + text).slice(-64 * 1024)
+    }
+  } finally {
+    closeSync(fd)
+  }
+  const nonEmpty = (text: string): string[] => text.split('\n').filter(line => line.trim() !== '')
+  return { lines, first: nonEmpty(first).slice(0, head), last: nonEmpty(last).slice(-tail) }
+}
+
 function freePort (): Promise<number> {
   return new Promise((resolve, reject) => {
     const probe = createServer().once('error', reject)
@@ -260,7 +292,7 @@ async function healthy (port: number): Promise<boolean> {
 async function waitHealthy (server: Server): Promise<void> {
   const deadline = Date.now() + 20_000
   while (!await healthy(server.port)) {
-    if (server.exit !== undefined) throw new Error(`${server.name} exited (${server.exit}) before answering /healthz:\n${linesOf(server.output).join('\n')}`)
+    if (server.exit !== undefined) throw new Error(`${server.name} exited (${server.exit}) before answering /healthz:\n${summarize(server.output).last.join('\n')}`)
     if (Date.now() > deadline) throw new Error(`${server.name} did not answer /healthz within 20 s`)
     await sleep(100)
   }
@@ -270,8 +302,10 @@ async function startServer (name: ServerName, args: string[], env: Record<string
   const port = await freePort()
   const [command, ...rest] = pinned(0, [process.execPath, ...args])
   // A clean environment: nothing of npm's or tsx's (NODE_OPTIONS) reaches the servers.
-  const child = track(spawn(command, rest, { cwd, env: { PATH: process.env.PATH ?? '', ...env, PORT: String(port) }, stdio: ['ignore', 'pipe', 'pipe'] }))
-  const server: Server = { name, child, pid: child.pid ?? 0, port, output: capture(child) }
+  const output = outputFile(name)
+  const child = track(spawn(command, rest, { cwd, env: { PATH: process.env.PATH ?? '', ...env, PORT: String(port) }, stdio: ['ignore', output.fd, output.fd] }))
+  closeSync(output.fd) // the child has its own
+  const server: Server = { name, child, pid: child.pid ?? 0, port, output: output.path }
   started.push(server)
   child.once('exit', (code, signal) => { server.exit = signal ?? `code ${code}` })
   await waitHealthy(server)
@@ -774,8 +808,8 @@ function notes (options: Options, machine: Record<string, unknown>): string[] {
 
 function serviceProblems (): string[] {
   return started.filter(server => server.name === 'service').flatMap(service => {
-    const lines = linesOf(service.output)
-    return lines.length === 0 ? [] : [`Service wrote ${lines.length} log line(s) at ${LOG_LEVEL} or above; the first:`, ...lines.slice(0, 10)]
+    const { lines, first } = summarize(service.output)
+    return lines === 0 ? [] : [`Service wrote ${lines} log line(s) at ${LOG_LEVEL} or above; the first:`, ...first]
   })
 }
 
@@ -976,7 +1010,7 @@ async function main (): Promise<void> {
     console.error(`bench failed: ${(error as Error).message}`)
     console.error(serviceProblems().join('\n'))
     for (const server of started) {
-      if (server.exit !== undefined && server.exit !== 'code 0') console.error(`The ${server.name} server had exited (${server.exit}):\n${linesOf(server.output).slice(-20).join('\n')}`)
+      if (server.exit !== undefined && server.exit !== 'code 0') console.error(`The ${server.name} server had exited (${server.exit}):\n${summarize(server.output).last.join('\n')}`)
     }
   } finally {
     await cleanUp()
