@@ -161,18 +161,21 @@ export interface Writer {
 }
 
 /**
- * Opens the write connection. The event loop must never sleep on it: no busy timeout, no
- * automatic checkpoint (the store checkpoints on another thread), and no sync in COMMIT.
+ * Opens the write connection. The event loop must never sleep on it: once open, no busy timeout;
+ * no automatic checkpoint (the store checkpoints on another thread), and no sync in COMMIT.
  */
 export function openWriter (path: string): Writer {
   const db = new Database(path)
   try {
-    configure(db, { busyTimeoutMs: 0, synchronous: 'NORMAL' })
+    // Opening reads the schema, and may meet another process that opens or closes the file (its
+    // WAL's recovery, its last checkpoint): a start waits for that, with configure's busy timeout.
+    configure(db, { synchronous: 'NORMAL' })
     db.pragma('wal_autocheckpoint = 0')
     // Keeps the WAL file's size near what it holds since its last restart, so its size tells
     // when to checkpoint; the truncation keeps its inode (docs/durability.md).
     db.pragma(`journal_size_limit = ${WAL_LIMIT_BYTES}`)
     const sql = prepare(db)
+    db.pragma('busy_timeout = 0')
     // A failing write must leave the others intact. A turn's writes first run plain, with no
     // savepoint (two statements a write saved); if one fails, the whole transaction is rolled
     // back and the turn runs again with each plant write in a savepoint of its own (every other

@@ -86,9 +86,9 @@ export class SqliteStore implements Store {
       throw error
     }
     this.db = new Database(path, { readonly: true })
-    // Reads run on the event loop: they must never sleep waiting for a lock. A read that finds
-    // the database locked (rare in WAL mode) is answered 503 at once.
-    configure(this.db, { busyTimeoutMs: 0 })
+    // Preparing its statements reads the schema, which may wait while another process opens or
+    // closes the file (as openWriter's may); the busy timeout goes once they are ready.
+    configure(this.db)
     this.checkpoints = new Checkpoints(path, this.walFd, this.stats)
     // Once the store is closing, no checkpoint starts: the write connection's own, last, empties the WAL.
     this.wal = new WalSync(this.walFd, this.stats, () => { if (!this.closed) this.checkpoints.maybe() })
@@ -108,6 +108,9 @@ export class SqliteStore implements Store {
       ping: this.db.prepare('SELECT 1')
     }
     const webhookQueries = webhookReads(this.db)
+    // Reads run on the event loop: they must never sleep waiting for a lock. A read that finds
+    // the database locked (rare in WAL mode) is answered 503 at once.
+    this.db.pragma('busy_timeout = 0')
     this.webhooks = sqliteWebhooks((op, ...args) => this.write(op, ...args), query => this.read(() => query(webhookQueries)))
   }
 

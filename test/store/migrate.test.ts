@@ -1,10 +1,12 @@
 import assert from 'node:assert/strict'
 import Database from 'better-sqlite3'
-import { spawn } from 'node:child_process'
+import { spawn, type ChildProcess } from 'node:child_process'
 import { join } from 'node:path'
 import { test } from 'node:test'
 import { migrationsOf } from '../../src/store/migrations.js'
-import { MAIN, tempDir } from '../helpers.js'
+import { SqliteStore } from '../../src/store/sqlite.js'
+import { openWriter } from '../../src/store/sqlite-writes.js'
+import { MAIN, ROOT, tempDir } from '../helpers.js'
 
 /** Runs `plantstore migrate` on `path`; resolves with its exit code and stderr. */
 function migrate (path: string): Promise<{ code: number | null, stderr: string }> {
@@ -25,6 +27,29 @@ test('six processes migrating one new file at once all succeed, and the schema i
   t.after(() => db.close())
   assert.deepEqual(db.prepare('SELECT version FROM schema_version ORDER BY version').all().map(row => Number((row as { version: bigint }).version)), Array.from({ length: newest }, (_, i) => i + 1))
   assert.equal(db.pragma('journal_mode', { simple: true }), 'wal')
+})
+
+/** Holds `path` locked (exclusive locking mode) in a process of its own for `ms`; resolves once held. */
+async function holdFile (path: string, ms: number): Promise<ChildProcess> {
+  const script = `const db = new (require('better-sqlite3'))(${JSON.stringify(path)}); db.pragma('locking_mode = EXCLUSIVE'); db.exec('BEGIN EXCLUSIVE');
+    process.stdout.write('held\\n'); Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ${ms}); db.exec('COMMIT'); db.close()`
+  const child = spawn(process.execPath, ['-e', script], { cwd: ROOT, stdio: ['ignore', 'pipe', 'inherit'] })
+  await new Promise(resolve => child.stdout!.once('data', resolve))
+  return child
+}
+
+// Six processes opening one new file at once met this, rarely: one's store found the file held
+// by another's start or close (its WAL's recovery, its last checkpoint) while preparing its
+// statements, which a connection without a busy timeout cannot wait for.
+test('the write connection, opening while another process holds the file for a moment, waits for it and opens', async (t) => {
+  const path = join(tempDir(t), 'plantstore.db')
+  await new SqliteStore(path).close()
+  const holder = await holdFile(path, 500)
+  const started = Date.now()
+  const writer = openWriter(path)
+  writer.db.close()
+  assert.ok(Date.now() - started >= 300, `opened after ${Date.now() - started} ms, while the file was held`)
+  await new Promise(resolve => holder.once('exit', resolve))
 })
 
 test('a start finds a current schema without the write lock, so a transaction held elsewhere does not hold it up', async (t) => {
