@@ -257,8 +257,9 @@ function summarize (path: string, head = 10, tail = 20): { lines: number, first:
   let last = ''
   try {
     for (let read; (read = readSync(fd, block)) > 0;) {
-      for (let at = block.indexOf(10); at !== -1 && at < read; at = block.indexOf(10, at + 1)) lines++
-      const text = block.toString('utf8', 0, read)
+      const chunk = block.subarray(0, read)
+      for (let at = chunk.indexOf(10); at !== -1; at = chunk.indexOf(10, at + 1)) lines++
+      const text = chunk.toString('utf8')
       if (first.length < 64 * 1024) first += text
       last = (last + text).slice(-64 * 1024)
     }

@@ -111,12 +111,13 @@ function makeAjv (fromText: boolean): Ajv {
   const ajv = new Ajv({ allErrors: false, strict: false, coerceTypes: false, useDefaults: true, verbose: true })
   ajv.addFormat('int32', { type: 'number', validate: (n: number) => Number.isInteger(n) && n >= -(2 ** 31) && n < 2 ** 31 })
   // Each keyword is compiled once per schema: its bounds become bigints then, not per request.
+  const boundsOf = ({ minimum, maximum }: { minimum: string, maximum: string }): [bigint, bigint] => [BigInt(minimum), BigInt(maximum)]
   ajv.addKeyword({
     keyword: 'x-int64',
     modifying: true,
     errors: false,
     compile: (bounds: { minimum: string, maximum: string }) => {
-      const [minimum, maximum] = [BigInt(bounds.minimum), BigInt(bounds.maximum)]
+      const [minimum, maximum] = boundsOf(bounds)
       return (data: unknown, context?: KeywordContext) => {
         if (typeof data !== 'bigint' && (typeof data !== 'number' || !Number.isSafeInteger(data))) return false
         const value = BigInt(data)
@@ -131,7 +132,7 @@ function makeAjv (fromText: boolean): Ajv {
     modifying: true,
     errors: false,
     compile: (bounds: { int64: boolean, minimum: string, maximum: string }) => {
-      const [minimum, maximum] = [BigInt(bounds.minimum), BigInt(bounds.maximum)]
+      const [minimum, maximum] = boundsOf(bounds)
       return (data: unknown, context?: KeywordContext) => {
         if (typeof data === 'number') return Number.isInteger(data) // a default the schema filled in
         if (typeof data !== 'string' || !DECIMAL.test(data) || context === undefined) return false

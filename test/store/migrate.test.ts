@@ -34,7 +34,10 @@ async function holdFile (path: string, ms: number): Promise<ChildProcess> {
   const script = `const db = new (require('better-sqlite3'))(${JSON.stringify(path)}); db.pragma('locking_mode = EXCLUSIVE'); db.exec('BEGIN EXCLUSIVE');
     process.stdout.write('held\\n'); Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ${ms}); db.exec('COMMIT'); db.close()`
   const child = spawn(process.execPath, ['-e', script], { cwd: ROOT, stdio: ['ignore', 'pipe', 'inherit'] })
-  await new Promise(resolve => child.stdout!.once('data', resolve))
+  await new Promise((resolve, reject) => {
+    child.stdout!.once('data', resolve)
+    child.once('exit', code => reject(new Error(`the holder exited (${code}) before it held the file`)))
+  })
   return child
 }
 
