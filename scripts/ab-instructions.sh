@@ -10,11 +10,13 @@
 # loop's thread; SQLite (better-sqlite3's addon, which holds it); V8's optimizing compiler on its
 # threads. Under callgrind V8 is still compiling after tens of thousands of requests: compare the
 # event loop's and SQLite's figures, and read the compiler's as how far from steady the run was.
-# A_NODE and B_NODE add Node flags to one side. About 10 minutes with the defaults.
-# Usage: scripts/ab-instructions.sh OTHER_CHECKOUT [WARM (30000)] [COUNT (10000)]
+# A_NODE and B_NODE add Node flags to one side. With `fastify` for OTHER_CHECKOUT, A is the
+# Fastify durable yardstick (scripts/yardstick-fastify.ts on this checkout's build): the service's
+# own share, counted. About 5–10 minutes with the defaults.
+# Usage: scripts/ab-instructions.sh OTHER_CHECKOUT|fastify [WARM (30000)] [COUNT (10000)]
 set -euo pipefail
-A=$(cd "$1" && pwd)
 B=$(cd "$(dirname "$0")/.." && pwd)
+if [ "$1" = fastify ]; then A=$B; A_SERVER=fastify; else A=$(cd "$1" && pwd); A_SERVER=service; fi
 WARM=${2:-30000}
 COUNT=${3:-10000}
 WORK=$(mktemp -d)
@@ -26,12 +28,19 @@ export LOGNAME=${LOGNAME:-$(id -un)} HOST=127.0.0.1
 
 # Starts checkout $1 under callgrind on port $2 and CPU $3 as $4 (A or B): $WORK/$4.pid, $WORK/$4.token.
 start () {
-  local dir=$1 port=$2 cpu=$3 name=$4 db="$WORK/$4.db" flags
+  local dir=$1 port=$2 cpu=$3 name=$4 db="$WORK/$4.db" flags server=dist/cli/main.js
   if [ "$name" = A ]; then flags=${A_NODE:-}; else flags=${B_NODE:-}; fi
-  (cd "$dir" && DATABASE_URL=$db node dist/cli/main.js tokens create --name ab 2>/dev/null) > "$WORK/$name.token"
+  if [ "$name" = A ] && [ "$A_SERVER" = fastify ]; then
+    echo yardstick-token > "$WORK/$name.token"
+    flags="$flags --import tsx"
+    server=scripts/yardstick-fastify.ts
+  else
+    (cd "$dir" && DATABASE_URL=$db node dist/cli/main.js tokens create --name ab 2>/dev/null) > "$WORK/$name.token"
+  fi
   # shellcheck disable=SC2086 # flags: words, each a Node flag
-  (cd "$dir" && DATABASE_URL=$db PORT=$port LOG_LEVEL=warn RATE_LIMIT_PER_MINUTE=0 exec taskset -c "$cpu" \
-    valgrind --tool=callgrind --callgrind-out-file="$WORK/$name.out" node --max-semi-space-size=8 $flags dist/cli/main.js serve \
+  (cd "$dir" && DATABASE_URL=$db DATABASE_PATH=$db PLANTSTORE_ROOT=$dir YARDSTICK_TOKEN=$(cat "$WORK/$name.token") PORT=$port \
+    LOG_LEVEL=warn RATE_LIMIT_PER_MINUTE=0 exec taskset -c "$cpu" \
+    valgrind --tool=callgrind --callgrind-out-file="$WORK/$name.out" node --max-semi-space-size=8 $flags $server \
     >"$WORK/$name.log" 2>&1) &
   echo $! > "$WORK/$name.pid"
 }
@@ -42,9 +51,9 @@ load () {
   pid=$(cat "$WORK/$name.pid")
   token=$(cat "$WORK/$name.token")
   until curl -s -o /dev/null "http://127.0.0.1:$port/healthz"; do sleep 1; done
-  node --import tsx "$B/scripts/fixed-posts.ts" "$port" "$token" 1000 "$WARM" > /dev/null
+  (cd "$B" && node --import tsx scripts/fixed-posts.ts "$port" "$token" 1000 "$WARM") > /dev/null
   callgrind_control -z "$pid" > /dev/null 2>&1
-  node --import tsx "$B/scripts/fixed-posts.ts" "$port" "$token" 10000000 "$COUNT" > "$WORK/$name.statuses"
+  (cd "$B" && node --import tsx scripts/fixed-posts.ts "$port" "$token" 10000000 "$COUNT") > "$WORK/$name.statuses"
   callgrind_control -d "$pid" > /dev/null 2>&1
 }
 
@@ -69,6 +78,6 @@ load A 18811 &
 loading=$!
 load B 18812
 wait "$loading"
-echo "instructions per POST ($WARM POSTs to warm up, $COUNT counted)"
+echo "instructions per POST ($WARM POSTs to warm up, $COUNT counted); A: $A_SERVER at $A, B: service at $B"
 report A
 report B
