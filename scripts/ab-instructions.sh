@@ -10,6 +10,8 @@
 # loop's thread; SQLite (better-sqlite3's addon, which holds it); V8's optimizing compiler on its
 # threads. Under callgrind V8 is still compiling after tens of thousands of requests: compare the
 # event loop's and SQLite's figures, and read the compiler's as how far from steady the run was.
+# Work done by the clock (the token cache's one-second lifetime, timers) weighs about 50 times
+# more per request under callgrind than natively.
 # A_NODE and B_NODE add Node flags to one side. With `fastify` for OTHER_CHECKOUT, A is the
 # Fastify durable yardstick (scripts/yardstick-fastify.ts on this checkout's build): the service's
 # own share, counted. About 5–10 minutes with the defaults.
