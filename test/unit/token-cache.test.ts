@@ -57,3 +57,53 @@ test('the store\'s answer counts only if its digest is the presented token\'s', 
   assert.equal(await cache.check('mine', 0), undefined)
   assert.ok(cache.check('mine', 1) instanceof Promise, 'and a refusal is not remembered')
 })
+
+/** A store that knows the token 'a' and answers each read only when `answer()` is called. */
+function heldStore (): Store & { reads: number, answer: (known: boolean) => void } {
+  const waiting: Array<(known: boolean) => void> = []
+  const store = {
+    reads: 0,
+    async findToken (digest: Buffer) {
+      store.reads++
+      const known = await new Promise<boolean>(resolve => waiting.push(resolve))
+      return known ? { digest, record: { id: 1, name: 'ci', scopes: ['plants:read' as const], createdAt: new Date(0) } } : undefined
+    },
+    answer: (known: boolean) => { for (const resolve of waiting.splice(0)) resolve(known) }
+  }
+  return store as unknown as Store & { reads: number, answer: (known: boolean) => void }
+}
+
+test('the requests that present one token while its read is under way share that read', async () => {
+  const store = heldStore()
+  const cache = new TokenCache(store)
+  const checks = [cache.check('a', 0), cache.check('a', 10), cache.check('a', TOKEN_CACHE_MS - 1)]
+  assert.equal(store.reads, 1)
+  store.answer(true)
+  assert.deepEqual((await Promise.all(checks)).map(record => record?.name), ['ci', 'ci', 'ci'])
+  assert.ok(!(cache.check('a', 20) instanceof Promise), 'then from memory')
+  assert.equal(store.reads, 1)
+})
+
+test('a read under way is shared only within TOKEN_CACHE_MS of its start, as an entry is', async () => {
+  const store = heldStore()
+  const cache = new TokenCache(store)
+  const early = cache.check('a', 0)
+  // A token revoked while the first read waited: a request TOKEN_CACHE_MS later must see the revocation.
+  const late = cache.check('a', TOKEN_CACHE_MS)
+  assert.equal(store.reads, 2)
+  store.answer(false)
+  assert.equal(await early, undefined)
+  assert.equal(await late, undefined)
+  assert.ok(cache.check('a', TOKEN_CACHE_MS + 1) instanceof Promise, 'an unknown token is read again once its read is over')
+  assert.equal(store.reads, 3)
+})
+
+test('guesses under way never evict a remembered token', async () => {
+  const store = countingStore(['a'])
+  const cache = new TokenCache(store)
+  await cache.check('a', 0)
+  const guesses = Array.from({ length: 10_001 }, (_, i) => cache.check(`guess${i}`, 0))
+  assert.ok(!(cache.check('a', 1) instanceof Promise), 'still answered from memory')
+  assert.ok((await Promise.all(guesses)).every(record => record === undefined))
+  assert.equal(store.reads, 10_002)
+})
