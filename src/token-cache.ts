@@ -5,7 +5,7 @@ import { digestOf, TOKEN_CACHE_MS } from './tokens.js'
 const CAPACITY = 10_000
 
 interface Entry { record: TokenRecord, at: number }
-interface Lookup { answer: Promise<TokenRecord | undefined>, at: number }
+interface Read { answer: Promise<TokenRecord | undefined>, at: number }
 
 /**
  * Recent token checks, kept for TOKEN_CACHE_MS and keyed by the token as presented (it is in
@@ -16,25 +16,25 @@ interface Lookup { answer: Promise<TokenRecord | undefined>, at: number }
  * never the token. Revocation by the CLI waits TOKEN_CACHE_MS before it returns, so a revoked
  * token is refused from the first request after `tokens revoke` has finished; expiry is checked
  * by the caller on every request. Unknown tokens are not remembered: no memory spent on
- * guessing. When full, the oldest entry makes room. The requests that present one token while
- * its read is under way share that read (each would otherwise hash and read alike: every
- * request in flight when an entry lapses), under the same rule as an entry: only within
- * TOKEN_CACHE_MS of its start.
+ * guessing. When full, the oldest entry makes room. A store read under way is shared by the
+ * requests that present its token meanwhile (otherwise every request in flight when an entry
+ * lapses would hash and read alike), under the same rule as an entry: only within
+ * TOKEN_CACHE_MS of the read's start. A read that fails fails every request that shared it.
  */
 export class TokenCache {
   private readonly entries = new Map<string, Entry>()
-  /** Reads under way, by token: kept apart from the entries, so that guesses never evict them. */
-  private readonly lookups = new Map<string, Lookup>()
+  /** Store reads under way, by token: kept apart from the entries, so that guessed tokens never evict a remembered one. */
+  private readonly reads = new Map<string, Read>()
 
   constructor (private readonly store: Store) {}
 
-  /** The stored token that `token` is, or undefined: from memory if checked within TOKEN_CACHE_MS, else a promise of the store's answer. */
+  /** The stored token that `token` is, or undefined: from memory if checked within TOKEN_CACHE_MS, else a promise of the store's answer (shared with the requests that present the same token meanwhile). */
   check (token: string, now = performance.now()): TokenRecord | undefined | Promise<TokenRecord | undefined> {
     const entry = this.entries.get(token)
     if (entry !== undefined && now - entry.at < TOKEN_CACHE_MS) return entry.record
     this.entries.delete(token) // stale or absent; re-inserted last, so evicted last
-    const under = this.lookups.get(token)
-    if (under !== undefined && now - under.at < TOKEN_CACHE_MS) return under.answer
+    const underWay = this.reads.get(token)
+    if (underWay !== undefined && now - underWay.at < TOKEN_CACHE_MS) return underWay.answer
     // `now` was taken before the read, so an entry never outlives a change the read missed.
     const digest = digestOf(token)
     const answer = this.store.findToken(digest).then(found => {
@@ -44,10 +44,11 @@ export class TokenCache {
       this.entries.set(token, { record: found.record, at: now })
       return found.record
     })
-    const lookup = { answer, at: now }
-    this.lookups.set(token, lookup)
-    const done = (): void => { if (this.lookups.get(token) === lookup) this.lookups.delete(token) }
-    answer.then(done, done)
+    const read = { answer, at: now }
+    this.reads.set(token, read)
+    // Once settled it is no longer shared; a newer read of the same token stays.
+    const forget = (): void => { if (this.reads.get(token) === read) this.reads.delete(token) }
+    answer.then(forget, forget)
     return answer
   }
 }

@@ -107,3 +107,14 @@ test('guesses under way never evict a remembered token', async () => {
   assert.ok((await Promise.all(guesses)).every(record => record === undefined))
   assert.equal(store.reads, 10_002)
 })
+
+test('a shared read that fails fails each request that shared it, and the next check reads again', async () => {
+  let reads = 0
+  const store = { findToken: async () => { reads++; throw new Error('store unavailable') } } as unknown as Store
+  const cache = new TokenCache(store)
+  const shared = [cache.check('a', 0), cache.check('a', 1)]
+  for (const check of shared) await assert.rejects(check as Promise<unknown>, /store unavailable/)
+  assert.equal(reads, 1)
+  await assert.rejects(cache.check('a', 2) as Promise<unknown>, /store unavailable/)
+  assert.equal(reads, 2)
+})
