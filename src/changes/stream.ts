@@ -2,7 +2,6 @@ import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { ServerResponse } from 'node:http'
 import type { Logger } from 'pino'
 import type { StillAllowed } from '../auth.js'
-import { stringifyExact } from '../json.js'
 import type { Change, ChangesPage, Store } from '../store/store.js'
 import type { Feed } from './feed.js'
 
@@ -22,12 +21,13 @@ export function changeOf ({ position, type, plant, at }: Change): { position: bi
   return { position, type, id: plant.id, plant, at }
 }
 
-function event (id: bigint, type: string, data: unknown): string {
-  return `id: ${id}\nevent: ${type}\ndata: ${stringifyExact(data)}\n\n`
+/** One event; `data` is JSON text. */
+function event (id: bigint, type: string, data: string): string {
+  return `id: ${id}\nevent: ${type}\ndata: ${data}\n\n`
 }
 
 /** Tells a filtered stream's reader that it has seen everything up to `position`. */
-const bookmark = (position: bigint): string => event(position, 'bookmark', { position })
+const bookmark = (position: bigint): string => event(position, 'bookmark', `{"position":${position}}`)
 
 export interface StreamOptions {
   request: FastifyRequest
@@ -39,6 +39,8 @@ export interface StreamOptions {
   tag?: string
   /** The first page, read before the stream was admitted (so that a gone position is a plain 410). */
   first: Exclude<ChangesPage, 'gone'>
+  /** A change as JSON text: the JSON feed's serializer, from the document's `Change` schema. */
+  serialize: (change: ReturnType<typeof changeOf>) => string
 }
 
 /**
@@ -47,7 +49,7 @@ export interface StreamOptions {
  * Reads a page at a time and writes it only while the socket takes it: a reader that stops
  * reading costs one page and the socket's buffer, then is closed.
  */
-export async function streamChanges ({ request, reply, store, feed, stillAllowed, log, tag, first }: StreamOptions): Promise<void> {
+export async function streamChanges ({ request, reply, store, feed, stillAllowed, log, tag, first, serialize }: StreamOptions): Promise<void> {
   reply.hijack()
   const res = reply.raw
   // The headers set so far (CORS's) go out with the stream's own.
@@ -69,7 +71,7 @@ export async function streamChanges ({ request, reply, store, feed, stillAllowed
     let lastCheck = performance.now()
     if (!await write(res, `retry: ${RETRY_MS}\n\n`, gone)) return
     for (;;) {
-      let text = page.changes.map(change => event(change.position, change.type, changeOf(change))).join('')
+      let text = page.changes.map(change => event(change.position, change.type, serialize(changeOf(change)))).join('')
       if (page.changes.length > 0) lastId = page.changes[page.changes.length - 1].position
       // Changes passed over by the filter: a bookmark, so a resume starts past them, never at a position the log may have dropped.
       if (tag !== undefined && page.next !== lastId && performance.now() - lastWrite >= 1000) {

@@ -8,6 +8,9 @@ import { ApiError } from '../errors.js'
 import type { ChangesPage, Store } from '../store/store.js'
 import { linkTo } from './links.js'
 
+/** One change as the document's `Change` schema writes it: each event of a stream, as the JSON feed's items. */
+const CHANGE_SCHEMA = (route('listChanges').schema.response as Record<string, { items: Record<string, unknown> }>)['200'].items
+
 /** A page of the log, or the 410 when the log no longer holds what follows `after`. */
 async function pageAfter (store: Store, query: { after?: bigint, limit: number, tag?: string }): Promise<Exclude<ChangesPage, 'gone'>> {
   const page = await store.changes(query)
@@ -39,7 +42,9 @@ export const changes: FastifyPluginAsync<{ store: Store, feed: Feed, stillAllowe
         const first = await pageAfter(store, { after, limit: 100, tag })
         if (!feed.admit('streams')) throw new ApiError('tooManyReaders')
         try {
-          await streamChanges({ request, reply, store, feed, stillAllowed, log, tag, first })
+          // Compiled once per route (Fastify keeps it by schema), with the serializer of every JSON answer.
+          const serialize = reply.compileSerializationSchema(CHANGE_SCHEMA, '200')
+          await streamChanges({ request, reply, store, feed, stillAllowed, log, tag, first, serialize })
         } finally {
           feed.release('streams')
         }
