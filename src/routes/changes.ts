@@ -8,8 +8,9 @@ import { ApiError } from '../errors.js'
 import type { ChangesPage, Store } from '../store/store.js'
 import { linkTo } from './links.js'
 
+const LIST_CHANGES = route('listChanges')
 /** One change as the document's `Change` schema writes it: each event of a stream, as the JSON feed's items. */
-const CHANGE_SCHEMA = (route('listChanges').schema.response as Record<string, { items: Record<string, unknown> }>)['200'].items
+const CHANGE_SCHEMA = (LIST_CHANGES.schema.response as Record<string, { items: Record<string, unknown> }>)['200'].items
 
 /** A page of the log, or the 410 when the log no longer holds what follows `after`. */
 async function pageAfter (store: Store, query: { after?: bigint, limit: number, tag?: string }): Promise<Exclude<ChangesPage, 'gone'>> {
@@ -33,7 +34,7 @@ function wantsStream (accept: string | undefined): boolean {
 
 export const changes: FastifyPluginAsync<{ store: Store, feed: Feed, stillAllowed: StillAllowed, log: Logger }> = async (app, { store, feed, stillAllowed, log }) => {
   app.route<{ Querystring: { after?: bigint, limit: number, tag?: string, wait: number } }>({
-    ...route('listChanges'),
+    ...LIST_CHANGES,
     config: { scope: 'plants:read' },
     handler: async (request, reply) => {
       const { limit, tag, wait } = request.query
