@@ -1,10 +1,9 @@
 // The SQLite store's checkpoints: the WAL is copied into the database file on a thread of its
 // own (src/store/sqlite-checkpointer.ts), so that the event loop never waits for it.
-import { fstatSync } from 'node:fs'
 import { extname } from 'node:path'
 import { Worker } from 'node:worker_threads'
 import type { CheckpointerData, CheckpointResult } from './sqlite-checkpointer.js'
-import { WAL_CHECKPOINT_BYTES } from './sqlite-writes.js'
+import { WAL_CHECKPOINT_FRAMES } from './sqlite-writes.js'
 
 const CHECKPOINTER = new URL(`./sqlite-checkpointer${extname(import.meta.url)}`, import.meta.url)
 /** The least time between two checkpoints, in ms: a WAL that a reader pins is not checkpointed in a loop. */
@@ -29,8 +28,8 @@ export class Checkpoints {
   private nextAt = 0
   private closed = false
 
-  /** Checkpoints the database at `path`, whose WAL `walFd` is open; `stats.checkpoints` counts them. */
-  constructor (private readonly path: string, private readonly walFd: number, private readonly stats: { checkpoints: number }) {}
+  /** Checkpoints the database at `path`, whose WAL holds `walFrames()` frames; `stats.checkpoints` counts them. */
+  constructor (private readonly path: string, private readonly walFrames: () => number, private readonly stats: { checkpoints: number }) {}
 
   /**
    * Asks the checkpointer thread to copy the WAL into the database file once the WAL has grown
@@ -38,7 +37,7 @@ export class Checkpoints {
    */
   maybe (): void {
     if (this.running || this.closed || Date.now() < this.nextAt) return
-    if (fstatSync(this.walFd).size < WAL_CHECKPOINT_BYTES) return
+    if (this.walFrames() < WAL_CHECKPOINT_FRAMES) return
     const worker = this.worker ?? this.start()
     this.running = true
     this.nextAt = Date.now() + CHECKPOINT_INTERVAL_MS

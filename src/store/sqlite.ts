@@ -89,7 +89,7 @@ export class SqliteStore implements Store {
     // Preparing its statements reads the schema, which may wait while another process opens or
     // closes the file (as openWriter's may); the busy timeout goes once they are ready.
     configure(this.db)
-    this.checkpoints = new Checkpoints(path, this.walFd, this.stats)
+    this.checkpoints = new Checkpoints(path, this.writer.walFrames, this.stats)
     // Once the store is closing, no checkpoint starts: the write connection's own, last, empties the WAL.
     this.wal = new WalSync(this.walFd, this.stats, () => { if (!this.closed) this.checkpoints.maybe() })
     this.pipeline = new WritePipeline(this.writer, this.wal, this.limits, this.stats, (writes) => this.onCommit?.(writes))
