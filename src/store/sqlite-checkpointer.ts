@@ -14,14 +14,25 @@ export type CheckpointResult = [ok: true, busy: number, log: number, checkpointe
 const { path } = workerData as CheckpointerData
 let db: Database.Database | undefined
 
-/** PASSIVE: copies what it can without waiting for readers or writers, and never takes the write lock. */
+type Outcome = Array<{ busy: bigint, log: bigint, checkpointed: bigint }>
+
+/**
+ * Two steps, neither of which waits. PASSIVE copies the bulk of the WAL without taking the write
+ * lock; but the writer commits meanwhile, so the WAL is never all copied when it next begins, and
+ * it would never restart: under steady writes it grew by hundreds of MiB. RESTART then takes the
+ * write lock if it is free (else it is one more PASSIVE), copies the few frames committed since,
+ * and returns: the next commit restarts the WAL from its beginning (unless a reader still reads
+ * it). The writer meets the lock only for that short copy, and tries again within 5 ms
+ * (LOCK_POLL_MS).
+ */
 function checkpoint (): CheckpointResult {
   try {
     if (db === undefined) {
       db = new Database(path)
       configure(db, { busyTimeoutMs: 0 })
     }
-    const [row] = db.pragma('wal_checkpoint(PASSIVE)') as Array<{ busy: bigint, log: bigint, checkpointed: bigint }>
+    db.pragma('wal_checkpoint(PASSIVE)')
+    const [row] = db.pragma('wal_checkpoint(RESTART)') as Outcome
     return [true, Number(row.busy), Number(row.log), Number(row.checkpointed)]
   } catch (error) {
     return [false, describe(error)]
