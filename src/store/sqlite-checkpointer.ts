@@ -16,13 +16,20 @@ let db: Database.Database | undefined
 
 type Outcome = Array<{ busy: bigint, log: bigint, checkpointed: bigint }>
 
+/** RESTART's tries for the write lock, RESTART_PAUSE_MS apart: the writer holds it only while it runs a turn. */
+const RESTART_TRIES = 5
+const RESTART_PAUSE_MS = 1
+const pause = new Int32Array(new SharedArrayBuffer(4))
+
 /**
- * Two steps, neither of which waits. PASSIVE copies the bulk of the WAL without taking the write
- * lock; but the writer commits meanwhile, so the WAL is never all copied when it next begins, and
- * it would never restart: under steady writes it grew by hundreds of MiB. RESTART then takes the
- * write lock if it is free (else it is one more PASSIVE), copies the few frames committed since,
- * and returns: the next commit restarts the WAL from its beginning (unless a reader still reads
- * it). The writer meets the lock only for that short copy, and tries again within 5 ms
+ * Two steps, neither of which waits for a lock. PASSIVE copies the bulk of the WAL without taking
+ * the write lock; but the writer commits meanwhile, so the WAL is never all copied when it next
+ * begins, and it would never restart: under steady writes it grew by hundreds of MiB. RESTART then
+ * takes the write lock if it is free, syncs the WAL, copies the few frames committed since, syncs
+ * the database file and returns: the next commit restarts the WAL from its beginning (unless a
+ * reader still reads it). Where the lock is taken (or a reader is still on the WAL), it is only
+ * one more PASSIVE and says busy: it is tried again a moment later, a few times, on this thread.
+ * The writer meets the lock only for that copy and its two syncs, and tries again within 5 ms
  * (LOCK_POLL_MS).
  */
 function checkpoint (): CheckpointResult {
@@ -32,7 +39,11 @@ function checkpoint (): CheckpointResult {
       configure(db, { busyTimeoutMs: 0 })
     }
     db.pragma('wal_checkpoint(PASSIVE)')
-    const [row] = db.pragma('wal_checkpoint(RESTART)') as Outcome
+    let [row] = db.pragma('wal_checkpoint(RESTART)') as Outcome
+    for (let tries = 1; row.busy !== 0n && tries < RESTART_TRIES; tries++) {
+      Atomics.wait(pause, 0, 0, RESTART_PAUSE_MS)
+      ;[row] = db.pragma('wal_checkpoint(RESTART)') as Outcome
+    }
     return [true, Number(row.busy), Number(row.log), Number(row.checkpointed)]
   } catch (error) {
     return [false, describe(error)]

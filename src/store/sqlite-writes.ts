@@ -158,7 +158,7 @@ export interface Writer {
    * the writes is stored.
    */
   run: (writes: Array<{ op: Operation, args: unknown[] }>) => WriteResult[]
-  /** Frames in the WAL since its last restart, as the WAL's index tells without a lock; 0 when it cannot tell now. */
+  /** Frames in the WAL not yet copied into the database file, as the WAL's index tells without a lock; 0 when it cannot tell now. */
   walFrames: () => number
 }
 
@@ -178,7 +178,7 @@ export function openWriter (path: string): Writer {
     // about half of one that grows the file (docs/durability.md). The truncation keeps its inode.
     db.pragma(`journal_size_limit = ${WAL_LIMIT_BYTES}`)
     const sql = prepare(db)
-    // NOOP copies nothing and takes no lock: it reads the WAL's index for its count of frames.
+    // NOOP copies nothing and takes no lock: it reads the WAL's index for its frames and those copied.
     const walCount = db.prepare('PRAGMA wal_checkpoint(NOOP)').raw()
     db.pragma('busy_timeout = 0')
     // A failing write must leave the others intact. A turn's writes first run plain, with no
@@ -210,7 +210,8 @@ export function openWriter (path: string): Writer {
       db,
       walFrames: () => {
         try {
-          return Number((walCount.get() as [busy: bigint, log: bigint, checkpointed: bigint])[1])
+          const [, log, checkpointed] = walCount.get() as [busy: bigint, log: bigint, checkpointed: bigint]
+          return Math.max(0, Number(log - checkpointed)) // both -1 when busy: then 0
         } catch {
           return 0 // another process is recovering the WAL: asked again after the next sync
         }
@@ -230,7 +231,7 @@ export function openWriter (path: string): Writer {
   }
 }
 
-/** Past this many frames (pages) in the WAL, the store asks for a checkpoint: SQLite's own bound. */
+/** Past this many frames (pages) in the WAL not yet copied, the store asks for a checkpoint: SQLite's own bound. */
 export const WAL_CHECKPOINT_FRAMES = 1000
 /** What a WAL restart truncates a larger file to (one that a long read made grow); below it the file keeps its size. */
 const WAL_LIMIT_BYTES = 64 * 1024 * 1024
