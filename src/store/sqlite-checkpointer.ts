@@ -16,20 +16,24 @@ let db: Database.Database | undefined
 
 type Outcome = Array<{ busy: bigint, log: bigint, checkpointed: bigint }>
 
+/** Frames since the WAL's last restart past which a checkpoint also makes it restart (4× the store's bound, 16 MiB of pages). */
+const RESTART_FRAMES = 4000
 /** RESTART's tries for the write lock, RESTART_PAUSE_MS apart: the writer holds it only while it runs a turn. */
 const RESTART_TRIES = 5
 const RESTART_PAUSE_MS = 1
 const pause = new Int32Array(new SharedArrayBuffer(4))
 
 /**
- * Two steps, neither of which waits for a lock. PASSIVE copies the bulk of the WAL without taking
- * the write lock; but the writer commits meanwhile, so the WAL is never all copied when it next
- * begins, and it would never restart: under steady writes it grew by hundreds of MiB. RESTART then
- * takes the write lock if it is free, syncs the WAL, copies the few frames committed since, syncs
- * the database file and returns: the next commit restarts the WAL from its beginning (unless a
- * reader still reads it). Where the lock is taken (or a reader is still on the WAL), it is only
- * one more PASSIVE and says busy: it is tried again a moment later, a few times, on this thread.
- * The writer meets the lock only for that copy and its two syncs, and tries again within 5 ms
+ * PASSIVE copies the WAL without taking the write lock. When the writer pauses now and then,
+ * that is enough: the next commit finds the WAL all copied and restarts it. But under writes
+ * that never pause the WAL is never all copied when the writer begins, and it would never
+ * restart (it grew by hundreds of MiB). So once it holds RESTART_FRAMES since its last restart,
+ * RESTART follows: it takes the write lock if it is free, syncs the WAL, copies the few frames
+ * committed since, syncs the database file and returns, and the next commit restarts the WAL
+ * (unless a reader still reads it). Where the lock is taken (or a reader is still on the WAL),
+ * it is only one more PASSIVE and says busy: it is tried again a moment later, a few times, on
+ * this thread. Neither step waits for a lock. The writer meets the lock only for that copy and
+ * its two syncs (so only past the bound, not at every checkpoint), and tries again within 5 ms
  * (LOCK_POLL_MS).
  */
 function checkpoint (): CheckpointResult {
@@ -38,11 +42,13 @@ function checkpoint (): CheckpointResult {
       db = new Database(path)
       configure(db, { busyTimeoutMs: 0 })
     }
-    db.pragma('wal_checkpoint(PASSIVE)')
-    let [row] = db.pragma('wal_checkpoint(RESTART)') as Outcome
-    for (let tries = 1; row.busy !== 0n && tries < RESTART_TRIES; tries++) {
-      Atomics.wait(pause, 0, 0, RESTART_PAUSE_MS)
-      ;[row] = db.pragma('wal_checkpoint(RESTART)') as Outcome
+    let [row] = db.pragma('wal_checkpoint(PASSIVE)') as Outcome
+    if (row.log >= RESTART_FRAMES) {
+      [row] = db.pragma('wal_checkpoint(RESTART)') as Outcome
+      for (let tries = 1; row.busy !== 0n && tries < RESTART_TRIES; tries++) {
+        Atomics.wait(pause, 0, 0, RESTART_PAUSE_MS)
+        ;[row] = db.pragma('wal_checkpoint(RESTART)') as Outcome
+      }
     }
     return [true, Number(row.busy), Number(row.log), Number(row.checkpointed)]
   } catch (error) {
