@@ -15,12 +15,13 @@ import { PG_SKIP, PG_URL, pgSchema } from '../store/postgres-helpers.js'
 const COMMIT = Buffer.concat([Buffer.from('Q'), Buffer.from([0, 0, 0, 11]), Buffer.from('COMMIT\0')])
 
 /**
- * A TCP proxy to `upstream` that, once armed, cuts the connection that sends the next COMMIT:
- * after passing it on (`after`: the server commits, the answer is lost) or instead of it
- * (`before`: nothing is committed).
+ * A TCP proxy to `upstream` that, once armed, cuts the connection that sends the next COMMIT after
+ * a statement holding `marker` (the request's own transaction, not one of the server's own, such as
+ * the prune of old webhook deliveries): after passing it on (`after`: the server commits, the answer is lost)
+ * or instead of it (`before`: nothing is committed).
  */
-async function commitCutter (t: TestContext, upstream: { host: string, port: number }): Promise<{ port: number, arm: (when: 'before' | 'after') => void, cuts: () => number }> {
-  let armed: 'before' | 'after' | undefined
+async function commitCutter (t: TestContext, upstream: { host: string, port: number }): Promise<{ port: number, arm: (when: 'before' | 'after', marker: string) => void, cuts: () => number }> {
+  let armed: { when: 'before' | 'after', marker: Buffer } | undefined
   let cuts = 0
   const sockets = new Set<Socket>()
   const server = createServer(client => {
@@ -31,12 +32,14 @@ async function commitCutter (t: TestContext, upstream: { host: string, port: num
       socket.on('close', () => { sockets.delete(socket); client.destroy(); server.destroy() })
     }
     server.pipe(client)
+    let marked = false // this connection's transaction is the one to cut
     client.on('data', (chunk: Buffer) => {
-      const when = armed
-      if (when !== undefined && chunk.includes(COMMIT)) {
+      const arming = armed
+      if (arming !== undefined && chunk.includes(arming.marker)) marked = true
+      if (arming !== undefined && marked && chunk.includes(COMMIT)) {
         armed = undefined
         cuts++
-        if (when === 'after') server.write(chunk)
+        if (arming.when === 'after') server.write(chunk)
         server.unpipe(client) // the answer never arrives
         setTimeout(() => { client.destroy(); server.destroy() }, 200)
         return
@@ -49,7 +52,7 @@ async function commitCutter (t: TestContext, upstream: { host: string, port: num
     for (const socket of sockets) socket.destroy()
     await new Promise(resolve => server.close(resolve))
   })
-  return { port: (server.address() as { port: number }).port, arm: (when) => { armed = when }, cuts: () => cuts }
+  return { port: (server.address() as { port: number }).port, arm: (when, marker) => { armed = { when, marker: Buffer.from(marker) } }, cuts: () => cuts }
 }
 
 /** The answer once the store has found its host again: a client told 503 + Retry-After tries again. */
@@ -71,8 +74,8 @@ test('PostgreSQL: the connection lost while COMMIT is under way is a 503, whethe
   const server = await startServer(t, { databaseUrl: proxied.href })
 
   for (const [when, id] of [['after', 1], ['before', 2]] as const) {
-    cutter.arm(when)
     const body = { id, name: `cut ${when} COMMIT` }
+    cutter.arm(when, body.name)
     const first = await call(server, 'POST', '/plants', { body })
     assert.equal(cutter.cuts(), id, 'the COMMIT was cut')
     assert.ok(isErrorBody(first, 503), `${when}: ${first.status} ${first.text}`)
