@@ -53,9 +53,11 @@ export function requestRecorder (metrics: Metrics, log: Logger): (request: Fasti
     const key = `${method} ${url ?? ''} ${status}`
     let outcome = known.get(key)
     if (outcome === undefined) {
+      // The route as the document writes it (`/plants/{id}`), in the metrics and the log alike.
+      const route = url?.replace(/:(\w+)/g, '{$1}')
       outcome = {
-        series: url === '/metrics' ? undefined : metrics.requests.series({ method, route: url === undefined ? UNMATCHED : url.replace(/:(\w+)/g, '{$1}'), status: String(status) }),
-        log: logging ? log.child({ method, route: url ?? null, status }) : undefined
+        series: url === '/metrics' ? undefined : metrics.requests.series({ method, route: route ?? UNMATCHED, status: String(status) }),
+        log: logging ? log.child({ method, route: route ?? null, status }) : undefined
       }
       known.set(key, outcome)
     }

@@ -1,4 +1,4 @@
-import { chmodSync, closeSync, mkdirSync, openSync } from 'node:fs'
+import { chmodSync, closeSync, existsSync, mkdirSync, openSync } from 'node:fs'
 import { dirname } from 'node:path'
 
 /** Owner only: plants and token digests are nobody else's to read. */
@@ -13,7 +13,7 @@ const PRIVATE_DIRECTORY = 0o700
  * ones an older version left are tightened as well.
  */
 export function makePrivate (path: string): void {
-  mkdirSync(dirname(path), { recursive: true, mode: PRIVATE_DIRECTORY })
+  makeDirectory(dirname(path))
   closeSync(openSync(path, 'a', PRIVATE_FILE)) // SQLite takes an empty file for a new database
   for (const file of [path, `${path}-wal`, `${path}-shm`]) {
     try {
@@ -23,5 +23,22 @@ export function makePrivate (path: string): void {
       const code = (error as NodeJS.ErrnoException).code
       if (code !== 'ENOENT' && code !== 'EPERM') throw error
     }
+  }
+}
+
+/**
+ * Creates `dir` 0700 with the parents it lacks. Not mkdirSync's `recursive`: where mkdir answers
+ * ENOENT below a parent that exists (/proc), Node 20's tries again for ever; here that is thrown.
+ */
+function makeDirectory (dir: string): void {
+  try {
+    mkdirSync(dir, { mode: PRIVATE_DIRECTORY })
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code
+    if (code === 'EEXIST') return // a file there fails as the database is opened
+    const parent = dirname(dir)
+    if (code !== 'ENOENT' || parent === dir || existsSync(parent)) throw error
+    makeDirectory(parent)
+    makeDirectory(dir)
   }
 }

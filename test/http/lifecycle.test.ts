@@ -37,7 +37,7 @@ for (const store of testStores()) {
       const lines = server.stdout().trim().split('\n').map(line => JSON.parse(line))
       const requests = lines.filter(line => line.msg === 'request')
       assert.equal(requests.length, 4)
-      assert.deepEqual(requests.map(r => [r.method, r.route, r.status]), [['POST', '/plants', 200], ['GET', '/plants/:id', 200], ['GET', '/plants/:id', 401], ['GET', null, 404]])
+      assert.deepEqual(requests.map(r => [r.method, r.route, r.status]), [['POST', '/plants', 200], ['GET', '/plants/{id}', 200], ['GET', '/plants/{id}', 401], ['GET', null, 404]])
       for (const r of requests) {
         assert.equal(typeof r.durationMs, 'number')
         assert.match(r.reqId, /^[0-9a-f]{16}-[0-9a-z]+$/)
@@ -182,6 +182,12 @@ test('a data directory that cannot be created fails at start with one clear line
   assert.notEqual(result.status, 0)
   assert.match(result.stderr, /^plantstore: Cannot open the database at .*: the directory is not writable/)
   assert.equal(result.stderr.trim().split('\n').length, 1, result.stderr)
+})
+
+test('a data directory on a filesystem that refuses it (/proc) fails at start with one line, at once', () => {
+  const result = startFails({ PORT: '0', DATABASE_URL: '/proc/plantstore-nowhere/data/plantstore.db' })
+  assert.equal(result.status, 1, `exit ${result.status} (null: still running after 10 s)`)
+  assertOneLine(result.stderr, /^plantstore: Cannot open the database at \/proc\/plantstore-nowhere\/data\/plantstore\.db: /)
 })
 
 test('a start on a host name that does not resolve fails with one line', (t) => {
