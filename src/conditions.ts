@@ -1,7 +1,7 @@
 // Conditional requests (RFC 9110 section 13) on a plant, whose ETag is its version: the position
 // of its last change in the change log, written `"N"` (strong).
 import { ApiError } from './errors.js'
-import type { Versions } from './store/store.js'
+import type { Conditions, Versions } from './store/store.js'
 
 /** The ETag header of a plant at `version`. */
 export function etagOf (version: bigint): string {
@@ -28,4 +28,15 @@ export function versionsOf (header: string | undefined, name: 'If-Match' | 'If-N
     throw new ApiError('invalidCondition', `The ${name} header must be "*" or a list of ETags such as "12" in double quotes, not ${JSON.stringify(header.slice(0, 64))}.`)
   }
   return tags.filter(match => (match![1] === undefined || weak) && VERSION.test(match![2])).map(match => BigInt(match![2]))
+}
+
+/**
+ * The preconditions a request's headers set (RFC 9110 13.1): If-Match compared strongly, so a weak
+ * ETag never matches it; If-None-Match weakly.
+ */
+export function conditionsOf (headers: { 'if-match'?: string, 'if-none-match'?: string }): Conditions {
+  return {
+    ifMatch: versionsOf(headers['if-match'], 'If-Match', { weak: false }),
+    ifNoneMatch: versionsOf(headers['if-none-match'], 'If-None-Match', { weak: true })
+  }
 }

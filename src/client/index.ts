@@ -37,6 +37,9 @@ export interface ChangesQuery {
 /** A plant and its ETag (`"N"`, its version), to send back in `ifMatch`. */
 export interface Versioned { plant: PlantRecord, etag: string }
 
+/** Preconditions on a plant (RFC 9110): ETags as the service answers them, several separated by commas, or '*'. */
+export interface Conditions { ifMatch?: string, ifNoneMatch?: string }
+
 export interface ClientOptions {
   /** Where the service answers, such as `http://127.0.0.1:8080`; a path prefix is kept. */
   baseUrl: string
@@ -117,6 +120,10 @@ function nextQuery (link: string | null): ListQuery | undefined {
 }
 
 /** A plant as answered, its id a bigint whatever its size (the reader gives small ones as numbers). */
+function conditionHeaders ({ ifMatch, ifNoneMatch }: Conditions): Record<string, string | undefined> {
+  return { 'if-match': ifMatch, 'if-none-match': ifNoneMatch }
+}
+
 function toRecord (value: unknown): PlantRecord {
   const { id, ...plant } = value as { id: number | bigint }
   return { id: BigInt(id), ...toPlant(plant) }
@@ -212,13 +219,13 @@ export function createClient ({ baseUrl, token, fetch: fetchFunction = globalThi
     return { plant: { id, ...toPlant(value) }, etag: headers.get('etag') ?? '' }
   }
 
-  async function getVersioned (id: bigint, { ifNoneMatch }: { ifNoneMatch?: string } = {}): Promise<Versioned | 'not-modified'> {
-    const { value, headers, status } = await send('GET', `/plants/${exactId(id)}`, undefined, { 'if-none-match': ifNoneMatch })
+  async function getVersioned (id: bigint, conditions: Conditions = {}): Promise<Versioned | 'not-modified'> {
+    const { value, headers, status } = await send('GET', `/plants/${exactId(id)}`, undefined, conditionHeaders(conditions))
     return status === 304 ? 'not-modified' : { plant: toRecord(value), etag: headers.get('etag') ?? '' }
   }
 
-  async function replaceVersioned (id: bigint, { name, tag }: Plant, { ifMatch }: { ifMatch?: string } = {}): Promise<Versioned> {
-    const { value, headers } = await send('PUT', `/plants/${exactId(id)}`, toJson({ name, tag }), { 'if-match': ifMatch })
+  async function replaceVersioned (id: bigint, { name, tag }: Plant, conditions: Conditions = {}): Promise<Versioned> {
+    const { value, headers } = await send('PUT', `/plants/${exactId(id)}`, toJson({ name, tag }), conditionHeaders(conditions))
     return { plant: toRecord(value), etag: headers.get('etag') ?? '' }
   }
 
@@ -249,7 +256,7 @@ export function createClient ({ baseUrl, token, fetch: fetchFunction = globalThi
 
     /**
      * GET /plants/{id} with the plant's ETag; 'not-modified' (304) when `ifNoneMatch` names it:
-     * the copy held is current.
+     * the copy held is current. With `ifMatch`, 412 unless the plant is at a version it names.
      */
     getVersioned,
 
@@ -267,18 +274,19 @@ export function createClient ({ baseUrl, token, fetch: fetchFunction = globalThi
 
     /**
      * PUT /plants/{id}: sets name and tag (no tag removes it); 404 when no plant has the id. With
-     * `ifMatch` (an ETag, several separated by commas, or '*'), 412 unless the plant is at one of them.
+     * `ifMatch` (an ETag, several separated by commas, or '*'), 412 unless the plant is at one of
+     * them; with `ifNoneMatch`, 412 if it is (with '*': if it exists).
      */
-    async replacePlant (id: bigint, plant: Plant, conditions: { ifMatch?: string } = {}): Promise<PlantRecord> {
+    async replacePlant (id: bigint, plant: Plant, conditions: Conditions = {}): Promise<PlantRecord> {
       return (await replaceVersioned(id, plant, conditions)).plant
     },
 
     /** `replacePlant`, answering the plant's new ETag too. */
     replaceVersioned,
 
-    /** DELETE /plants/{id}; 404 when no plant has the id; with `ifMatch`, 412 as for `replacePlant`. */
-    async deletePlant (id: bigint, { ifMatch }: { ifMatch?: string } = {}): Promise<void> {
-      await send('DELETE', `/plants/${exactId(id)}`, undefined, { 'if-match': ifMatch })
+    /** DELETE /plants/{id}; 404 when no plant has the id; with `ifMatch` or `ifNoneMatch`, 412 as for `replacePlant`. */
+    async deletePlant (id: bigint, conditions: Conditions = {}): Promise<void> {
+      await send('DELETE', `/plants/${exactId(id)}`, undefined, conditionHeaders(conditions))
     },
 
     /**

@@ -61,18 +61,18 @@ export interface paths {
         };
         /**
          * Read a plant
-         * @description Reads one plant; `ETag` is its version. With `If-None-Match` naming its version, `304` and no body. Needs `plants:read`.
+         * @description Reads one plant; `ETag` is its version. With `If-None-Match` naming its version, `304` and no body; with an `If-Match` that does not, `412`. Needs `plants:read`.
          */
         get: operations["getPlant"];
         /**
          * Replace a plant
-         * @description Replaces a plant's name and tag; a body without `tag` removes the tag. With `If-Match`, only if the plant is at a version it names (`412` otherwise, nothing changed). `ETag` is the new version. Needs `plants:write`.
+         * @description Replaces a plant's name and tag; a body without `tag` removes the tag. With `If-Match`, only if the plant is at a version it names; with `If-None-Match`, only if it is not (`412` otherwise, nothing changed). `ETag` is the new version. Needs `plants:write`.
          */
         put: operations["replacePlant"];
         post?: never;
         /**
          * Delete a plant
-         * @description Deletes a plant. With `If-Match`, only if the plant is at a version it names (`412` otherwise, nothing changed). Needs `plants:write`.
+         * @description Deletes a plant. With `If-Match`, only if the plant is at a version it names; with `If-None-Match`, only if it is not (`412` otherwise, nothing changed). Needs `plants:write`.
          */
         delete: operations["deletePlant"];
         options?: never;
@@ -740,7 +740,7 @@ export interface components {
             };
             content?: never;
         };
-        /** @description The plant is not at a version `If-Match` accepts (or, with `If-Match: *`, does not exist); nothing was changed. */
+        /** @description The plant is not at a version `If-Match` accepts (with `If-Match: *`: it does not exist), or is at one `If-None-Match` names (with `If-None-Match: *`: it exists); nothing was changed. */
         PreconditionFailed: {
             headers: {
                 [name: string]: unknown;
@@ -769,9 +769,9 @@ export interface components {
         };
     };
     parameters: {
-        /** @description Only if the plant is at one of these versions: ETags as `GET` answers them (`"42"`, a list separated by commas; weak ones never match), or `*` for any existing plant. Otherwise `412`, and nothing changes. A malformed value answers `400`. */
+        /** @description Only if the plant is at one of these versions: ETags as `GET` answers them (`"42"`, a list separated by commas; weak ones never match), or `*` for any existing plant. Otherwise `412`, and nothing changes. Evaluated before `If-None-Match`. A malformed value answers `400`. */
         IfMatch: string;
-        /** @description `304` with the ETag and no body if the plant is at one of these versions (weak comparison) or, with `*`, exists. A malformed value answers `400`. */
+        /** @description Not if the plant is at one of these versions (weak comparison) or, with `*`, exists: then `GET` answers `304` with the ETag and no body, and `PUT` and `DELETE` answer `412` and change nothing. A malformed value answers `400`. */
         IfNoneMatch: string;
     };
     requestBodies: never;
@@ -908,7 +908,9 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description `304` with the ETag and no body if the plant is at one of these versions (weak comparison) or, with `*`, exists. A malformed value answers `400`. */
+                /** @description Only if the plant is at one of these versions: ETags as `GET` answers them (`"42"`, a list separated by commas; weak ones never match), or `*` for any existing plant. Otherwise `412`, and nothing changes. Evaluated before `If-None-Match`. A malformed value answers `400`. */
+                "If-Match"?: components["parameters"]["IfMatch"];
+                /** @description Not if the plant is at one of these versions (weak comparison) or, with `*`, exists: then `GET` answers `304` with the ETag and no body, and `PUT` and `DELETE` answer `412` and change nothing. A malformed value answers `400`. */
                 "If-None-Match"?: components["parameters"]["IfNoneMatch"];
             };
             path: {
@@ -935,6 +937,7 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             405: components["responses"]["MethodNotAllowed"];
+            412: components["responses"]["PreconditionFailed"];
             414: components["responses"]["PathTooLong"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["Unavailable"];
@@ -944,8 +947,10 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Only if the plant is at one of these versions: ETags as `GET` answers them (`"42"`, a list separated by commas; weak ones never match), or `*` for any existing plant. Otherwise `412`, and nothing changes. A malformed value answers `400`. */
+                /** @description Only if the plant is at one of these versions: ETags as `GET` answers them (`"42"`, a list separated by commas; weak ones never match), or `*` for any existing plant. Otherwise `412`, and nothing changes. Evaluated before `If-None-Match`. A malformed value answers `400`. */
                 "If-Match"?: components["parameters"]["IfMatch"];
+                /** @description Not if the plant is at one of these versions (weak comparison) or, with `*`, exists: then `GET` answers `304` with the ETag and no body, and `PUT` and `DELETE` answer `412` and change nothing. A malformed value answers `400`. */
+                "If-None-Match"?: components["parameters"]["IfNoneMatch"];
             };
             path: {
                 /** @description The plant's id. */
@@ -986,8 +991,10 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Only if the plant is at one of these versions: ETags as `GET` answers them (`"42"`, a list separated by commas; weak ones never match), or `*` for any existing plant. Otherwise `412`, and nothing changes. A malformed value answers `400`. */
+                /** @description Only if the plant is at one of these versions: ETags as `GET` answers them (`"42"`, a list separated by commas; weak ones never match), or `*` for any existing plant. Otherwise `412`, and nothing changes. Evaluated before `If-None-Match`. A malformed value answers `400`. */
                 "If-Match"?: components["parameters"]["IfMatch"];
+                /** @description Not if the plant is at one of these versions (weak comparison) or, with `*`, exists: then `GET` answers `304` with the ETag and no body, and `PUT` and `DELETE` answer `412` and change nothing. A malformed value answers `400`. */
+                "If-None-Match"?: components["parameters"]["IfNoneMatch"];
             };
             path: {
                 /** @description The plant's id. */

@@ -1,6 +1,6 @@
 import type { FastifyPluginAsync } from 'fastify'
 import type { Feed } from '../changes/feed.js'
-import { etagOf, versionsOf } from '../conditions.js'
+import { conditionsOf, etagOf, versionsOf } from '../conditions.js'
 import { route } from '../contract.js'
 import { ApiError } from '../errors.js'
 import { meets, type Plant, type PlantRecord, type Store } from '../store/store.js'
@@ -56,10 +56,12 @@ export const plants: FastifyPluginAsync<{ store: Store, feed: Feed }> = async (a
     ...route('getPlant'),
     config: { scope: 'plants:read' },
     handler: async (request, reply) => {
-      const ifNoneMatch = versionsOf(request.headers['if-none-match'], 'If-None-Match', { weak: true })
+      const { ifMatch, ifNoneMatch } = conditionsOf(request.headers)
       const found = await store.get(request.params.id)
       if (found === undefined) throw new ApiError('plantNotFound')
       reply.header('etag', etagOf(found.version))
+      // RFC 9110 13.2.2: If-Match first; a read that If-None-Match matches is 304, not 412.
+      if (!meets(ifMatch, found.version)) throw new ApiError('preconditionFailed')
       if (ifNoneMatch !== undefined && meets(ifNoneMatch, found.version)) return reply.code(304).send()
       return found.plant
     }
@@ -69,8 +71,7 @@ export const plants: FastifyPluginAsync<{ store: Store, feed: Feed }> = async (a
     ...route('replacePlant'),
     config: { scope: 'plants:write' },
     handler: async (request, reply) => {
-      const ifMatch = versionsOf(request.headers['if-match'], 'If-Match', { weak: false })
-      const { plant, version } = outcome(await store.replace(request.params.id, plantOf(request.body), ifMatch))
+      const { plant, version } = outcome(await store.replace(request.params.id, plantOf(request.body), conditionsOf(request.headers)))
       feed.written(version, 'plant.updated')
       reply.header('etag', etagOf(version))
       return plant
@@ -81,8 +82,7 @@ export const plants: FastifyPluginAsync<{ store: Store, feed: Feed }> = async (a
     ...route('deletePlant'),
     config: { scope: 'plants:write' },
     handler: async (request, reply) => {
-      const ifMatch = versionsOf(request.headers['if-match'], 'If-Match', { weak: false })
-      feed.written(outcome(await store.remove(request.params.id, ifMatch)).position, 'plant.deleted')
+      feed.written(outcome(await store.remove(request.params.id, conditionsOf(request.headers))).position, 'plant.deleted')
       return reply.code(204).send()
     }
   })

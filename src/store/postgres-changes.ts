@@ -8,7 +8,7 @@
 import type pg from 'pg'
 import { commit } from './postgres-commit.js'
 import { rowToPlant } from './postgres-rows.js'
-import { isSamePlant, meets, pageOf, readFrom, scanEnd, CHANGES_SCAN, type Change, type ChangesPage, type ChangeType, type Created, type LogBounds, type Plant, type PlantRecord, type Versions, type VersionedPlant } from './store.js'
+import { isSamePlant, pageOf, readFrom, refusalOf, scanEnd, CHANGES_SCAN, type Change, type ChangesPage, type ChangeType, type Conditions, type Created, type LogBounds, type Plant, type PlantRecord, type VersionedPlant } from './store.js'
 
 /** The head and the floor (positions at or below it are gone), in one snapshot. */
 const BOUNDS_SQL = 'SELECT head, coalesce((SELECT min(position) - 1 FROM changes), head) AS floor FROM change_log'
@@ -127,29 +127,26 @@ export async function createMany (client: pg.ClientBase, plants: readonly PlantR
   })
 }
 
-/** Why a conditional write on a plant that is missing or at another version did nothing. */
-function refusal (stored: StoredRow | undefined, ifMatch: Versions | undefined): 'not-found' | 'precondition-failed' {
-  return stored === undefined && ifMatch === undefined ? 'not-found' : 'precondition-failed'
-}
-
 /** The plant as stored now, its row locked to the end of the transaction (no other write changes it meanwhile). */
 async function locked (client: pg.ClientBase, id: bigint): Promise<StoredRow | undefined> {
   return (await client.query<StoredRow>(`${STORED_SQL} FOR UPDATE`, [id.toString()])).rows[0]
 }
 
-export async function replacePlant (client: pg.ClientBase, id: bigint, plant: Plant, ifMatch?: Versions): Promise<VersionedPlant | 'not-found' | 'precondition-failed'> {
+export async function replacePlant (client: pg.ClientBase, id: bigint, plant: Plant, conditions?: Conditions): Promise<VersionedPlant | 'not-found' | 'precondition-failed'> {
   return await write<VersionedPlant | 'not-found' | 'precondition-failed'>(client, async () => {
     const stored = await locked(client, id)
-    if (stored === undefined || !meets(ifMatch, stored.version)) return { changed: false, outcome: refusal(stored, ifMatch) }
+    const refusal = refusalOf(stored?.version, conditions)
+    if (refusal !== undefined || stored === undefined) return { changed: false, outcome: refusal ?? 'not-found' }
     const record = rowToPlant({ id, name: plant.name, tag: plant.tag ?? null })
     return { changed: true, outcome: { plant: record, version: await logged(client, 'plant.updated', record, stored.tag) } }
   })
 }
 
-export async function removePlant (client: pg.ClientBase, id: bigint, ifMatch?: Versions): Promise<{ position: bigint } | 'not-found' | 'precondition-failed'> {
+export async function removePlant (client: pg.ClientBase, id: bigint, conditions?: Conditions): Promise<{ position: bigint } | 'not-found' | 'precondition-failed'> {
   return await write<{ position: bigint } | 'not-found' | 'precondition-failed'>(client, async () => {
     const stored = await locked(client, id)
-    if (stored === undefined || !meets(ifMatch, stored.version)) return { changed: false, outcome: refusal(stored, ifMatch) }
+    const refusal = refusalOf(stored?.version, conditions)
+    if (refusal !== undefined || stored === undefined) return { changed: false, outcome: refusal ?? 'not-found' }
     await client.query('DELETE FROM plants WHERE id = $1::int8', [id.toString()])
     return { changed: true, outcome: { position: await logged(client, 'plant.deleted', rowToPlant({ id, name: stored.name, tag: stored.tag }), stored.tag) } }
   })

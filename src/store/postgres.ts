@@ -10,7 +10,7 @@ import { LIST_SQL, rowToPlant, TYPES, unstorable, type ListRow, type PlantRow } 
 import { LOCKS, migrate } from './postgres-schema.js'
 import { exportPostgres, importPostgres } from './postgres-transfer.js'
 import { postgresWebhooks } from './postgres-webhooks.js'
-import type { ChangesPage, Created, ImportOutcome, LogBounds, NewToken, Plant, PlantRecord, RateWindows, Scope, SharedCount, Store, TokenRecord, Versions, VersionedPlant } from './store.js'
+import type { ChangesPage, Created, ImportOutcome, LogBounds, NewToken, Plant, PlantRecord, RateWindows, Scope, SharedCount, Store, TokenRecord, Conditions, VersionedPlant } from './store.js'
 
 /** How much the store takes on at once; past it, it refuses at once (503) rather than queue without end. */
 export interface PostgresLimits {
@@ -332,14 +332,14 @@ export class PostgresStore implements Store {
     })
   }
 
-  replace (id: bigint, plant: Plant, ifMatch?: Versions): Promise<VersionedPlant | 'not-found' | 'precondition-failed'> {
+  replace (id: bigint, plant: Plant, conditions?: Conditions): Promise<VersionedPlant | 'not-found' | 'precondition-failed'> {
     const refused = unstorable(plant)
     if (refused !== undefined) return Promise.reject(refused)
-    return this.run('writes', () => this.withClient(client => replacePlant(client, id, plant, ifMatch)))
+    return this.run('writes', () => this.withClient(client => replacePlant(client, id, plant, conditions)))
   }
 
-  remove (id: bigint, ifMatch?: Versions): Promise<{ position: bigint } | 'not-found' | 'precondition-failed'> {
-    return this.run('writes', () => this.withClient(client => removePlant(client, id, ifMatch)))
+  remove (id: bigint, conditions?: Conditions): Promise<{ position: bigint } | 'not-found' | 'precondition-failed'> {
+    return this.run('writes', () => this.withClient(client => removePlant(client, id, conditions)))
   }
 
   changes (query: { after?: bigint, limit: number, tag?: string }): Promise<ChangesPage> {

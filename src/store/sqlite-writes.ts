@@ -7,7 +7,7 @@ import { describe } from './describe.js'
 import { configure } from './sqlite-schema.js'
 import { VERSIONED_PLANT_SQL, rowToPlant, rowToToken, type PlantRow, type TokenRow } from './sqlite-rows.js'
 import { webhookWrites } from './sqlite-webhooks.js'
-import { isSamePlant, meets, type ChangeType, type Created, type NewToken, type Versions, type VersionedPlant } from './store.js'
+import { isSamePlant, refusalOf, type ChangeType, type Conditions, type Created, type NewToken, type VersionedPlant } from './store.js'
 
 /** A write's name: one of the operations below. */
 export type Operation = keyof ReturnType<typeof operationsOf>
@@ -64,9 +64,6 @@ function plantWrites (db: Database.Database) {
     return { plain: (...args: A): R => moved(write(...args)), isolated: (...args: A): R => moved(inSavepoint(...args)) }
   }
   type Stored = [name: string, tag: string | null, version: bigint]
-  /** Why a write on a plant that is missing or at another version did nothing. */
-  const refusal = (stored: Stored | undefined, ifMatch: Versions | undefined): 'not-found' | 'precondition-failed' =>
-    stored === undefined && ifMatch === undefined ? 'not-found' : 'precondition-failed'
   return {
     begin: () => { read = head = sql.head.get() as bigint },
     end: () => { if (head !== read) sql.advance.run(head) },
@@ -75,17 +72,19 @@ function plantWrites (db: Database.Database) {
       if (created.outcome === 'created') log(created.version, 'plant.created', id, name, tag, null)
       return created
     }, created => created.outcome === 'created' ? created.version : undefined),
-    replace: logged((id: bigint, name: string, tag: string | null, ifMatch?: Versions): VersionedPlant | 'not-found' | 'precondition-failed' => {
+    replace: logged((id: bigint, name: string, tag: string | null, conditions?: Conditions): VersionedPlant | 'not-found' | 'precondition-failed' => {
       const stored = sql.stored.get(id) as Stored | undefined
-      if (stored === undefined || !meets(ifMatch, stored[2])) return refusal(stored, ifMatch)
+      const refusal = refusalOf(stored?.[2], conditions)
+      if (refusal !== undefined || stored === undefined) return refusal ?? 'not-found'
       const version = next()
       sql.update.run(name, tag, version, id)
       log(version, 'plant.updated', id, name, tag, stored[1])
       return { plant: rowToPlant([id, name, tag]), version }
     }, replaced => typeof replaced === 'object' ? replaced.version : undefined),
-    remove: logged((id: bigint, ifMatch?: Versions): { position: bigint } | 'not-found' | 'precondition-failed' => {
+    remove: logged((id: bigint, conditions?: Conditions): { position: bigint } | 'not-found' | 'precondition-failed' => {
       const stored = sql.stored.get(id) as Stored | undefined
-      if (stored === undefined || !meets(ifMatch, stored[2])) return refusal(stored, ifMatch)
+      const refusal = refusalOf(stored?.[2], conditions)
+      if (refusal !== undefined || stored === undefined) return refusal ?? 'not-found'
       sql.remove.run(id)
       const position = next()
       log(position, 'plant.deleted', id, stored[0], stored[1], stored[1])

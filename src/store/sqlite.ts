@@ -12,7 +12,7 @@ import { exportSqlite, importSqlite } from './sqlite-transfer.js'
 import { WalSync } from './sqlite-wal.js'
 import { sqliteWebhooks, webhookReads } from './sqlite-webhooks.js'
 import { openWriter, type Operation, type Writer } from './sqlite-writes.js'
-import { pageOf, readFrom, scanEnd, type ChangesPage, type Created, type ImportOutcome, type LogBounds, type NewToken, type Plant, type PlantRecord, type Store, type TokenRecord, type Versions, type VersionedPlant } from './store.js'
+import { pageOf, readFrom, scanEnd, type ChangesPage, type Created, type ImportOutcome, type LogBounds, type NewToken, type Plant, type PlantRecord, type Store, type TokenRecord, type Conditions, type VersionedPlant } from './store.js'
 import type { WebhookStore } from './webhooks.js'
 
 /** How much the store takes on at once; past it, it refuses at once (503) rather than queue without end. */
@@ -144,12 +144,12 @@ export class SqliteStore implements Store {
     })
   }
 
-  replace (id: bigint, plant: Plant, ifMatch?: Versions): Promise<VersionedPlant | 'not-found' | 'precondition-failed'> {
-    return this.write('replace', id, plant.name, plant.tag ?? null, ifMatch)
+  replace (id: bigint, plant: Plant, conditions?: Conditions): Promise<VersionedPlant | 'not-found' | 'precondition-failed'> {
+    return this.write('replace', id, plant.name, plant.tag ?? null, conditions)
   }
 
-  remove (id: bigint, ifMatch?: Versions): Promise<{ position: bigint } | 'not-found' | 'precondition-failed'> {
-    return this.write('remove', id, ifMatch)
+  remove (id: bigint, conditions?: Conditions): Promise<{ position: bigint } | 'not-found' | 'precondition-failed'> {
+    return this.write('remove', id, conditions)
   }
 
   changes ({ after, limit, tag }: { after?: bigint, limit: number, tag?: string }): Promise<ChangesPage> {

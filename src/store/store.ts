@@ -20,6 +20,19 @@ export function isSamePlant (stored: { name: string, tag: string | null }, plant
   return stored.name === plant.name && stored.tag === (plant.tag ?? null)
 }
 
+/** A write's preconditions (RFC 9110 13.1): the versions its If-Match and its If-None-Match name. */
+export interface Conditions { ifMatch?: Versions, ifNoneMatch?: Versions }
+
+/**
+ * Why a write on a plant at `version` (undefined: none) does not go ahead, or undefined when it
+ * does: 'precondition-failed' when If-Match does not match (with `*`: no plant) or If-None-Match
+ * does (with `*`: a plant); else 'not-found' without a plant.
+ */
+export function refusalOf (version: bigint | undefined, { ifMatch, ifNoneMatch }: Conditions = {}): 'not-found' | 'precondition-failed' | undefined {
+  if (!meets(ifMatch, version) || (ifNoneMatch !== undefined && meets(ifNoneMatch, version))) return 'precondition-failed'
+  return version === undefined ? 'not-found' : undefined
+}
+
 /** True when a plant at `version` (undefined: none) meets `condition` (undefined: no condition). */
 export function meets (condition: Versions | undefined, version: bigint | undefined): boolean {
   if (condition === undefined) return true
@@ -157,11 +170,11 @@ export interface Store {
   list (query: { limit: number, after?: bigint, tag?: string }): Promise<{ plants: PlantRecord[], position: bigint }>
   /**
    * Replaces name and tag (no tag removes it) and logs it, in one transaction, if the plant exists
-   * and its version meets `ifMatch`; 'not-found' without a plant and without a condition.
+   * and its version passes `conditions`; else the refusal (refusalOf), decided in the same transaction.
    */
-  replace (id: bigint, plant: Plant, ifMatch?: Versions): Promise<VersionedPlant | 'not-found' | 'precondition-failed'>
-  /** Deletes the plant and logs it, in one transaction, under the same condition as `replace`; `position` is the deletion's. */
-  remove (id: bigint, ifMatch?: Versions): Promise<{ position: bigint } | 'not-found' | 'precondition-failed'>
+  replace (id: bigint, plant: Plant, conditions?: Conditions): Promise<VersionedPlant | 'not-found' | 'precondition-failed'>
+  /** Deletes the plant and logs it, in one transaction, under the same conditions as `replace`; `position` is the deletion's. */
+  remove (id: bigint, conditions?: Conditions): Promise<{ position: bigint } | 'not-found' | 'precondition-failed'>
 
   /**
    * Up to `limit` changes after position `after` (from the oldest kept when undefined), in order;

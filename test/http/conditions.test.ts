@@ -83,6 +83,29 @@ for (const store of testStores()) {
         assert.equal((await call(server, 'PUT', '/plants/77', { body: { name: 'x' } })).status, 404, 'without a condition: 404 as before')
       })
 
+      await t.test('If-None-Match on PUT and DELETE, If-Match on GET (RFC 9110 13.2.2): 412 with the Error body when they refuse, nothing changed', async () => {
+        const created = await call(server, 'POST', '/plants', { body: { id: 99, name: 'Ivy' } })
+        const first = etag(created)
+        const expected = { text: '{"id":99,"name":"Ivy"}', etag: first }
+        for (const header of ['*', first, `W/${first}`, `"1", ${first}`]) {
+          await refusedAndUnchanged(server, await call(server, 'PUT', '/plants/99', { body: { name: 'Changed' }, headers: { 'if-none-match': header } }), '99', expected)
+          await refusedAndUnchanged(server, await call(server, 'DELETE', '/plants/99', { headers: { 'if-none-match': header } }), '99', expected)
+        }
+        assert.ok(isErrorBody(await call(server, 'PUT', '/plants/99', { body: { name: 'Changed' }, headers: { 'if-none-match': 'nope' } }), 400), 'malformed: 400')
+        assert.equal((await call(server, 'PUT', '/plants/98', { body: { name: 'x' }, headers: { 'if-none-match': '*' } })).status, 404, 'no plant: none matches, so 404 as without it')
+        const replaced = await call(server, 'PUT', '/plants/99', { body: { name: 'Ivy', tag: 'wall' }, headers: { 'if-none-match': '"1"' } })
+        assert.equal(replaced.status, 200)
+        const second = etag(replaced)
+        for (const header of ['"1"', `W/${second}`]) {
+          const read = await call(server, 'GET', '/plants/99', { headers: { 'if-match': header } })
+          assert.ok(isErrorBody(read, 412), `GET If-Match ${header}: ${read.status} ${read.text}`)
+        }
+        assert.ok(isErrorBody(await call(server, 'GET', '/plants/99', { headers: { 'if-match': '"1"', 'if-none-match': second } }), 412), 'If-Match is evaluated first')
+        for (const header of [second, '*']) assert.equal((await call(server, 'GET', '/plants/99', { headers: { 'if-match': header } })).status, 200, header)
+        assert.equal((await call(server, 'GET', '/plants/98', { headers: { 'if-match': '*' } })).status, 404)
+        assert.equal((await call(server, 'DELETE', '/plants/99', { headers: { 'if-none-match': first } })).status, 204)
+      })
+
       await t.test('If-None-Match: * on POST: 412 when the id exists, whatever the data; 200 when it does not', async () => {
         const before = await call(server, 'GET', `/plants/${BIG}`)
         for (const body of [`{"id": ${BIG}, "name": "Any"}`, `{"id": ${BIG}, "name": ${JSON.stringify(before.body.name)}}`]) {
