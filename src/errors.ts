@@ -183,18 +183,21 @@ function onceASecond (log: Logger): (reqId: string, cause: string) => void {
   }
 }
 
-/** Counts a request refused before routing, by its status and reason, and its connection when Node refused it: for the metrics. */
-export type CountRefusal = (status: number, reason: FailureName, socket?: Socket) => void
+/**
+ * Counts a request refused before routing, by its status and reason, and its connection when Node
+ * refused it: for the metrics. False when that connection's request had been routed (its body too
+ * slow to arrive): its route's record has it, and it is no refusal before routing.
+ */
+export type CountRefusal = (status: number, reason: FailureName, socket?: Socket) => boolean
 
 /** Reports a request refused before routing, by the failure it was answered with. */
 export type ReportRefusal = (reason: FailureName, fields?: { reqId?: string, code?: string }, socket?: Socket) => void
 
-/** A request refused before routing: a warn line with its reason (never a header value, so never a token), and a count. */
+/** A request refused before routing: a count, and a warn line with its reason (never a header value, so never a token). */
 export function refusalReport (log: Logger, count: CountRefusal): ReportRefusal {
   return (reason, fields = {}, socket) => {
     const { status } = failures[reason]
-    log.warn({ ...fields, status, reason }, 'request refused before routing')
-    count(status, reason, socket)
+    if (count(status, reason, socket)) log.warn({ ...fields, status, reason }, 'request refused before routing')
   }
 }
 

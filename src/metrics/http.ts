@@ -23,8 +23,12 @@ type Connection = Socket & { [ROUTED]?: Routed }
 export function refusalCounter (metrics: Metrics): CountRefusal {
   return (status, reason, socket) => {
     const routed = (socket as Connection | undefined)?.[ROUTED]
-    if (routed !== undefined) routed.answeredBeforeRoute = status
-    else metrics.refusedBeforeRouting.inc({ status: String(status), reason })
+    if (routed !== undefined) {
+      routed.answeredBeforeRoute = status
+      return false
+    }
+    metrics.refusedBeforeRouting.inc({ status: String(status), reason })
+    return true
   }
 }
 
