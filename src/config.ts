@@ -77,11 +77,12 @@ const table = {
     fallback: './data/plantstore.db',
     parse: (t: string) => {
       if (t === '') throw new ConfigError('DATABASE_URL must be a postgres:// URL or a SQLite file path, not empty.')
-      // A URL of another scheme (a typo, another database) would otherwise become a new SQLite
-      // file with a new first token. Only the scheme is named: the rest may hold a password.
-      const scheme = /^([A-Za-z][A-Za-z0-9+.-]*):\/\//.exec(t)?.[1]
+      // A URL of another scheme or a mistyped one (`postgres:/`, another database) would otherwise
+      // become a new SQLite file with a new first token. Only the scheme is named: the rest may
+      // hold a password.
+      const scheme = /^([A-Za-z][A-Za-z0-9+.-]*):\//.exec(t)?.[1]
       if (scheme !== undefined && !isPostgresUrl(t)) {
-        throw new ConfigError(`DATABASE_URL is a ${scheme}:// URL, but only postgres:// and postgresql:// select a database server (a SQLite file whose path begins so is written ./${scheme}://…).`)
+        throw new ConfigError(`DATABASE_URL begins as a ${scheme}: URL, but only postgres:// and postgresql:// (in lower case) select a database server; a SQLite file whose path begins so is written ./${scheme}:….`)
       }
       return t
     }

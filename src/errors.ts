@@ -193,11 +193,16 @@ export type CountRefusal = (status: number, reason: FailureName, socket?: Socket
 /** Reports a request refused before routing, by the failure it was answered with. */
 export type ReportRefusal = (reason: FailureName, fields?: { reqId?: string, code?: string }, socket?: Socket) => void
 
-/** A request refused before routing: a count, and a warn line with its reason (never a header value, so never a token). */
+/**
+ * A request refused by Node or Fastify: a count, and a warn line with its reason (never a header
+ * value, so never a token): before routing, or, for a request routed already, as its body arrived
+ * (too slow, malformed); that one is in its route's records too.
+ */
 export function refusalReport (log: Logger, count: CountRefusal): ReportRefusal {
   return (reason, fields = {}, socket) => {
     const { status } = failures[reason]
-    if (count(status, reason, socket)) log.warn({ ...fields, status, reason }, 'request refused before routing')
+    const beforeRouting = count(status, reason, socket)
+    log.warn({ ...fields, status, reason }, beforeRouting ? 'request refused before routing' : 'request refused as its body arrived')
   }
 }
 

@@ -119,11 +119,12 @@ function nextQuery (link: string | null): ListQuery | undefined {
   }
 }
 
-/** A plant as answered, its id a bigint whatever its size (the reader gives small ones as numbers). */
+/** The headers that carry `conditions`; those not set are not sent. */
 function conditionHeaders ({ ifMatch, ifNoneMatch }: Conditions): Record<string, string | undefined> {
   return { 'if-match': ifMatch, 'if-none-match': ifNoneMatch }
 }
 
+/** A plant as answered, its id a bigint whatever its size (the reader gives small ones as numbers). */
 function toRecord (value: unknown): PlantRecord {
   const { id, ...plant } = value as { id: number | bigint }
   return { id: BigInt(id), ...toPlant(plant) }

@@ -61,7 +61,7 @@ export const plants: FastifyPluginAsync<{ store: Store, feed: Feed }> = async (a
       if (found === undefined) throw new ApiError('plantNotFound')
       reply.header('etag', etagOf(found.version))
       // RFC 9110 13.2.2: If-Match first; a read that If-None-Match matches is 304, not 412.
-      if (!meets(ifMatch, found.version)) throw new ApiError('preconditionFailed')
+      if (!meets(ifMatch, found.version)) throw new ApiError('preconditionFailed', 'The plant is not at a version If-Match accepts; this answer\'s ETag is its current one.')
       if (ifNoneMatch !== undefined && meets(ifNoneMatch, found.version)) return reply.code(304).send()
       return found.plant
     }

@@ -39,6 +39,6 @@ function makeDirectory (dir: string): void {
     const parent = dirname(dir)
     if (code !== 'ENOENT' || parent === dir || existsSync(parent)) throw error
     makeDirectory(parent)
-    makeDirectory(dir)
+    mkdirSync(dir, { mode: PRIVATE_DIRECTORY }) // once more, now that the parent is there: a failure is thrown
   }
 }

@@ -99,6 +99,7 @@ for (const store of testStores()) {
         for (const header of ['"1"', `W/${second}`]) {
           const read = await call(server, 'GET', '/plants/99', { headers: { 'if-match': header } })
           assert.ok(isErrorBody(read, 412), `GET If-Match ${header}: ${read.status} ${read.text}`)
+          assert.equal(read.headers.get('etag'), second, 'the 412 carries the current ETag')
         }
         assert.ok(isErrorBody(await call(server, 'GET', '/plants/99', { headers: { 'if-match': '"1"', 'if-none-match': second } }), 412), 'If-Match is evaluated first')
         for (const header of [second, '*']) assert.equal((await call(server, 'GET', '/plants/99', { headers: { 'if-match': header } })).status, 200, header)

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict'
 import { spawnSync } from 'node:child_process'
-import { chmodSync, mkdirSync, writeFileSync } from 'node:fs'
+import { chmodSync, mkdirSync, symlinkSync, writeFileSync } from 'node:fs'
 import { connect, createServer, type AddressInfo } from 'node:net'
 import { join } from 'node:path'
 import { describe, test } from 'node:test'
@@ -188,6 +188,14 @@ test('a data directory on a filesystem that refuses it (/proc) fails at start wi
   const result = startFails({ PORT: '0', DATABASE_URL: '/proc/plantstore-nowhere/data/plantstore.db' })
   assert.equal(result.status, 1, `exit ${result.status} (null: still running after 10 s)`)
   assertOneLine(result.stderr, /^plantstore: Cannot open the database at \/proc\/plantstore-nowhere\/data\/plantstore\.db: /)
+})
+
+test('a data path through a symbolic link to nowhere fails at start with one line naming the cause', (t) => {
+  const dir = tempDir(t)
+  symlinkSync(join(dir, 'nowhere'), join(dir, 'link'))
+  const result = startFails({ PORT: '0', DATABASE_URL: join(dir, 'link', 'data', 'plantstore.db') })
+  assert.equal(result.status, 1)
+  assertOneLine(result.stderr, /^plantstore: Cannot open the database at .*: ENOENT: no such file or directory, mkdir /)
 })
 
 test('a start on a host name that does not resolve fails with one line', (t) => {
