@@ -186,11 +186,11 @@ function onceASecond (log: Logger): (reqId: string, cause: string) => void {
 /**
  * Counts a request refused before routing, by its status and reason, and its connection when Node
  * refused it: for the metrics. False when that connection's request had been routed (its body too
- * slow to arrive): its route's record has it, and it is no refusal before routing.
+ * slow or malformed): its route's record has it, and it is no refusal before routing.
  */
 export type CountRefusal = (status: number, reason: FailureName, socket?: Socket) => boolean
 
-/** Reports a request refused before routing, by the failure it was answered with. */
+/** Reports a request that Node or Fastify refused, by the failure it was answered with. */
 export type ReportRefusal = (reason: FailureName, fields?: { reqId?: string, code?: string }, socket?: Socket) => void
 
 /**

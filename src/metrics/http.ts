@@ -17,8 +17,8 @@ type Connection = Socket & { [ROUTED]?: Routed }
 
 /**
  * Counts a refusal of Node's or Fastify's under plantstore_http_refused_before_routing_total,
- * unless the connection's request had been routed (its body too slow to arrive): then its
- * route's series shows the status it was answered with, not 499.
+ * unless the connection's request had been routed (its body too slow or malformed): then its
+ * route's series shows the status it was answered with, not 499, and the answer is false.
  */
 export function refusalCounter (metrics: Metrics): CountRefusal {
   return (status, reason, socket) => {
