@@ -1,6 +1,6 @@
 // What a database holds, read beside the server rather than over HTTP, so that a test can check
 // what a request stored (or did not) the same way on either store.
-import Database from 'better-sqlite3'
+import { openDatabase } from '../src/store/sqlite-driver.js'
 import { readFileSync } from 'node:fs'
 import pg from 'pg'
 import { queryOnce } from '../scripts/postgres-query.js'
@@ -52,7 +52,7 @@ export async function storedPlants (database: Pick<TestDatabase, 'databaseUrl'>)
 export async function plantsBySql (database: TestDatabase): Promise<PlantRecord[]> {
   let rows: Array<{ id: bigint | string, name: string, tag: string | null }>
   if (database.store === 'sqlite') {
-    const db = new Database(database.databaseUrl, { readonly: true })
+    const db = openDatabase(database.databaseUrl, { readonly: true })
     try {
       rows = db.prepare('SELECT id, name, tag FROM plants ORDER BY id').safeIntegers(true).all() as typeof rows
     } finally {

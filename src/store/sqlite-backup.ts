@@ -1,4 +1,4 @@
-import Database from 'better-sqlite3'
+import { openDatabase } from './sqlite-driver.js'
 import { closeSync, existsSync, fsyncSync, linkSync, openSync, rmSync } from 'node:fs'
 import { basename, dirname, join, resolve } from 'node:path'
 import { ConfigError } from '../config.js'
@@ -34,14 +34,14 @@ export async function backupSqlite (source: string, destination: string): Promis
     throw new ConfigError(`Cannot write the backup ${resolve(destination)}: ${reason}.`)
   }
   try {
-    const store = new Database(source, { readonly: true, fileMustExist: true })
+    const store = openDatabase(source, { readonly: true, fileMustExist: true })
     try {
       store.pragma('busy_timeout = 5000')
       await store.backup(partial, { progress: () => ALL_PAGES })
     } finally {
       store.close()
     }
-    const copy = new Database(partial)
+    const copy = openDatabase(partial)
     try {
       copy.pragma('journal_mode = DELETE') // the store's WAL flag came along with its first page
     } finally {

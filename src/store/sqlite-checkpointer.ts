@@ -1,7 +1,8 @@
 // The checkpointer thread: copies the WAL's frames into the database file off the event loop.
 // It syncs the WAL before copying and the database file after, and both syncs are its own, so
 // the event loop never waits for them. It has a connection of its own, which never writes rows.
-import Database from 'better-sqlite3'
+import type Database from 'better-sqlite3'
+import { openDatabase } from './sqlite-driver.js'
 import { parentPort, workerData } from 'node:worker_threads'
 import { describe } from './describe.js'
 import { configure } from './sqlite-schema.js'
@@ -39,7 +40,7 @@ const pause = new Int32Array(new SharedArrayBuffer(4))
 function checkpoint (): CheckpointResult {
   try {
     if (db === undefined) {
-      db = new Database(path)
+      db = openDatabase(path)
       configure(db, { busyTimeoutMs: 0 })
     }
     let [row] = db.pragma('wal_checkpoint(PASSIVE)') as Outcome

@@ -1,4 +1,5 @@
-import Database from 'better-sqlite3'
+import type Database from 'better-sqlite3'
+import { openDatabase } from './sqlite-driver.js'
 import { isBusy } from './sqlite-errors.js'
 import { migrationsOf, tooNew } from './migrations.js'
 
@@ -50,7 +51,7 @@ export function configure (db: Database.Database, { busyTimeoutMs = 5000, synchr
  * Refuses a database from a newer plantstore.
  */
 export function migrate (path: string): void {
-  const db = new Database(path)
+  const db = openDatabase(path)
   try {
     configure(db)
     if (db.pragma('journal_mode', { simple: true }) !== 'wal') whileBusy(() => db.pragma('journal_mode = WAL'))

@@ -1,4 +1,5 @@
-import Database from 'better-sqlite3'
+import type Database from 'better-sqlite3'
+import { openDatabase } from './sqlite-driver.js'
 import { StoreUnavailableError } from '../errors.js'
 import { describe } from './describe.js'
 import { isUnavailable } from './sqlite-errors.js'
@@ -15,7 +16,7 @@ function failureOf (error: unknown): unknown {
 /** A connection of the transfer's own; it may wait for locks (5 s), unlike the service's. */
 function connect (path: string, readonly: boolean): Database.Database {
   try {
-    const db = new Database(path, { readonly, fileMustExist: true })
+    const db = openDatabase(path, { readonly, fileMustExist: true })
     configure(db)
     return db
   } catch (error) {

@@ -2,7 +2,8 @@
 // `synchronous = NORMAL`, so a COMMIT writes the WAL but does not sync it. The store makes each
 // commit durable with an fdatasync of the WAL on libuv's thread pool before it answers
 // (docs/durability.md argues why that suffices).
-import Database from 'better-sqlite3'
+import type Database from 'better-sqlite3'
+import { openDatabase } from './sqlite-driver.js'
 import { describe } from './describe.js'
 import { configure } from './sqlite-schema.js'
 import { VERSIONED_PLANT_SQL, rowToPlant, rowToToken, type PlantRow, type TokenRow } from './sqlite-rows.js'
@@ -166,7 +167,7 @@ export interface Writer {
  * no automatic checkpoint (the store checkpoints on another thread), and no sync in COMMIT.
  */
 export function openWriter (path: string): Writer {
-  const db = new Database(path)
+  const db = openDatabase(path)
   try {
     // Opening reads the schema, and may meet another process that opens or closes the file (its
     // WAL's recovery, its last checkpoint): a start waits for that, with configure's busy timeout.

@@ -1,4 +1,5 @@
-import Database from 'better-sqlite3'
+import type Database from 'better-sqlite3'
+import { openDatabase } from './sqlite-driver.js'
 import { closeSync, fsyncSync, openSync } from 'node:fs'
 import { dirname } from 'node:path'
 import { StoreUnavailableError } from '../errors.js'
@@ -85,7 +86,7 @@ export class SqliteStore implements Store {
       this.writer.db.close()
       throw error
     }
-    this.db = new Database(path, { readonly: true })
+    this.db = openDatabase(path, { readonly: true })
     // Preparing its statements reads the schema, which may wait while another process opens or
     // closes the file (as openWriter's may); the busy timeout goes once they are ready.
     configure(this.db)

@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict'
-import Database from 'better-sqlite3'
+import { openDatabase } from '../../src/store/sqlite-driver.js'
 import { spawn } from 'node:child_process'
 import { existsSync, readdirSync, statSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
@@ -19,7 +19,7 @@ test('plantstore backup copies a live store consistently, while plants are being
   const dbPath = join(dir, 'plantstore.db')
   assert.equal(cli(dir, ['migrate']).status, 0)
   // A store of some size, so the copy takes more than an instant.
-  const seed = new Database(dbPath)
+  const seed = openDatabase(dbPath)
   const insert = seed.prepare('INSERT INTO plants (id, name, tag) VALUES (?, ?, ?)')
   seed.transaction(() => { for (let id = 1; id <= 20_000; id++) insert.run(id, `Seeded plant ${id}`, 'seed') })()
   seed.close()
@@ -46,7 +46,7 @@ test('plantstore backup copies a live store consistently, while plants are being
 
   assert.equal(statSync(copyPath).mode & 0o777, 0o600)
   assert.deepEqual(readdirSync(dir).filter(file => file.startsWith('copy.db') || file.startsWith('.copy.db')), ['copy.db'], 'no -wal, no partial file')
-  const copy = new Database(copyPath, { readonly: true, fileMustExist: true })
+  const copy = openDatabase(copyPath, { readonly: true, fileMustExist: true })
   t.after(() => copy.close())
   assert.equal(copy.pragma('integrity_check', { simple: true }), 'ok')
   assert.equal(copy.pragma('journal_mode', { simple: true }), 'delete')

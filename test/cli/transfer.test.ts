@@ -1,7 +1,7 @@
 // plantstore export and import, end to end: real SQLite files, a PostgreSQL schema per test
 // (when TEST_DATABASE_URL is set), the built CLI in child processes, a real server writing.
 import assert from 'node:assert/strict'
-import Database from 'better-sqlite3'
+import { openDatabase } from '../../src/store/sqlite-driver.js'
 import { spawn, spawnSync } from 'node:child_process'
 import { existsSync } from 'node:fs'
 import { Readable } from 'node:stream'
@@ -60,7 +60,7 @@ function interestingPlants (count: number): PlantRecord[] {
 function sqliteStoreWith (dir: string, plants: PlantRecord[], file = 'plantstore.db'): string {
   const path = join(dir, file)
   assert.equal(run(['migrate'], path).status, 0)
-  const db = new Database(path)
+  const db = openDatabase(path)
   const insert = db.prepare('INSERT INTO plants (id, name, tag) VALUES (?, ?, ?)')
   db.transaction(() => { for (const plant of plants) insert.run(plant.id, plant.name, plant.tag ?? null) })()
   db.close()
@@ -255,7 +255,7 @@ test('export holds one page at a time: 300,000 plants go out within a 24 MiB hea
   const dir = tempDir(t)
   const path = join(dir, 'plantstore.db')
   assert.equal(run(['migrate'], path).status, 0)
-  const db = new Database(path)
+  const db = openDatabase(path)
   db.exec('WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 300000) INSERT INTO plants (id, name, tag) SELECT i, \'plant number \' || i, CASE WHEN i % 3 > 0 THEN \'tag\' || (i % 7) END FROM n')
   db.close()
   // An export that gathered its pages before writing them dies here (checked: it needs over 48 MiB).
@@ -368,7 +368,7 @@ async function importWhileServing (server: Server, databaseUrl: string, locked: 
 test('sqlite: while an import runs, a server on the store answers writes 503 within the deadline and goes on reading', async (t) => {
   const server = await startServer(t)
   await importWhileServing(server, server.dbPath, async () => {
-    const probe = new Database(server.dbPath)
+    const probe = openDatabase(server.dbPath)
     try {
       probe.exec('BEGIN IMMEDIATE')
       probe.exec('ROLLBACK')

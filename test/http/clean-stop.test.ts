@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict'
-import Database from 'better-sqlite3'
+import { openDatabase } from '../../src/store/sqlite-driver.js'
 import { copyFileSync, existsSync, statSync } from 'node:fs'
 import { join } from 'node:path'
 import { test } from 'node:test'
@@ -20,7 +20,7 @@ test('after SIGTERM the .db file alone holds every plant: a copy of just that fi
 
   const copy = join(tempDir(t), 'copy.db') // what a backup that copies the .db file alone takes
   copyFileSync(server.dbPath, copy)
-  const db = new Database(copy, { readonly: true })
+  const db = openDatabase(copy, { readonly: true })
   t.after(() => db.close())
   assert.equal((db.prepare('SELECT count(*) AS n FROM plants').get() as { n: number }).n, 30)
 })

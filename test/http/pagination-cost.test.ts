@@ -1,4 +1,4 @@
-import Database from 'better-sqlite3'
+import { openDatabase } from '../../src/store/sqlite-driver.js'
 import assert from 'node:assert/strict'
 import { join } from 'node:path'
 import { describe, test } from 'node:test'
@@ -34,7 +34,7 @@ async function medianMs (server: Server, paths: string[]): Promise<number[]> {
 async function fill (database: TestDatabase): Promise<void> {
   assert.equal(cli(database, ['migrate']).status, 0)
   if (database.store === 'sqlite') {
-    const db = new Database(database.databaseUrl)
+    const db = openDatabase(database.databaseUrl)
     const insert = db.prepare('INSERT INTO plants (id, name, tag) VALUES (?, ?, ?)')
     db.transaction(() => { for (let id = 1; id <= PLANTS; id++) insert.run(id, `plant ${id}`, id % 2 === 0 ? 'even' : null) })()
     db.close()
@@ -70,7 +70,7 @@ for (const store of testStores()) {
 test("the store's list queries search the id B-tree or the tag index; none scans or sorts", (t) => {
   const dir = tempDir(t)
   assert.equal(cli(dir, ['migrate']).status, 0)
-  const db = new Database(join(dir, 'plantstore.db'), { readonly: true })
+  const db = openDatabase(join(dir, 'plantstore.db'), { readonly: true })
   t.after(() => db.close())
   const plan = (sql: string): string => (db.prepare(`EXPLAIN QUERY PLAN ${sql}`).all(...sql.split('?').slice(1).map(() => 1)) as Array<{ detail: string }>).map(r => r.detail).join('; ')
   assert.match(plan(LIST_SQL.first), /^SCAN plants$/, 'the first page walks the id B-tree from its start (LIMIT stops it)')

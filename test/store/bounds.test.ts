@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict'
-import Database from 'better-sqlite3'
+import { openDatabase } from '../../src/store/sqlite-driver.js'
 import { spawn, spawnSync } from 'node:child_process'
 import { fdatasync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
@@ -14,7 +14,7 @@ async function lockedStore (t: TestContext, limits: Partial<StoreLimits>): Promi
   const path = join(tempDir(t), 'plantstore.db')
   const store = new SqliteStore(path, limits)
   await store.ping()
-  const other = new Database(path)
+  const other = openDatabase(path)
   t.after(async () => { if (other.inTransaction) other.exec('ROLLBACK'); other.close(); await store.close() })
   return { store, path, lock: () => other.exec('BEGIN IMMEDIATE'), release: () => other.exec('ROLLBACK') }
 }

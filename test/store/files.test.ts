@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict'
-import Database from 'better-sqlite3'
+import { openDatabase } from '../../src/store/sqlite-driver.js'
 import { chmodSync, copyFileSync, existsSync, mkdirSync, statSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { test, type TestContext } from 'node:test'
@@ -21,7 +21,7 @@ function withUmask022 (t: TestContext): void {
 function plantsInCopyOf (t: TestContext, path: string): number {
   const copy = join(tempDir(t), 'copy.db')
   copyFileSync(path, copy)
-  const db = new Database(copy, { readonly: true })
+  const db = openDatabase(copy, { readonly: true })
   try {
     return (db.prepare('SELECT count(*) AS n FROM plants').get() as { n: number }).n
   } finally {

@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict'
-import Database from 'better-sqlite3'
+import { openDatabase } from '../../src/store/sqlite-driver.js'
 import { spawn, type ChildProcess } from 'node:child_process'
 import { join } from 'node:path'
 import { test } from 'node:test'
@@ -23,7 +23,7 @@ test('six processes migrating one new file at once all succeed, and the schema i
   const results = await Promise.all(Array.from({ length: 6 }, () => migrate(path)))
   for (const { code, stderr } of results) assert.equal(code, 0, stderr)
   const newest = migrationsOf('sqlite').length
-  const db = new Database(path, { readonly: true })
+  const db = openDatabase(path, { readonly: true })
   t.after(() => db.close())
   assert.deepEqual(db.prepare('SELECT version FROM schema_version ORDER BY version').all().map(row => Number((row as { version: bigint }).version)), Array.from({ length: newest }, (_, i) => i + 1))
   assert.equal(db.pragma('journal_mode', { simple: true }), 'wal')
@@ -62,7 +62,7 @@ test('a start finds a current schema without the write lock, so a transaction he
   let started = Date.now()
   assert.equal((await migrate(path)).code, 0)
   const unlocked = Date.now() - started
-  const holder = new Database(path)
+  const holder = openDatabase(path)
   holder.exec('BEGIN IMMEDIATE')
   t.after(() => { holder.exec('ROLLBACK'); holder.close() })
   started = Date.now()
@@ -77,7 +77,7 @@ test('a start finds a current schema without the write lock, so a transaction he
 test('a schema newer than this plantstore knows is refused in one sentence', async (t) => {
   const path = join(tempDir(t), 'plantstore.db')
   assert.equal((await migrate(path)).code, 0)
-  const db = new Database(path)
+  const db = openDatabase(path)
   db.prepare("INSERT INTO schema_version (version, name, applied_at) VALUES (999, '999-future.sql', 0)").run()
   db.close()
   const { code, stderr } = await migrate(path)

@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict'
-import Database from 'better-sqlite3'
+import type Database from 'better-sqlite3'
+import { openDatabase } from '../../src/store/sqlite-driver.js'
 import { join } from 'node:path'
 import { test } from 'node:test'
 import { isBusy, isUnavailable } from '../../src/store/sqlite-errors.js'
@@ -7,7 +8,7 @@ import { tempDir } from '../helpers.js'
 
 /** The error a statement throws on a real SQLite database, set up by `arrange`. */
 function errorFrom (t: Parameters<typeof tempDir>[0], arrange: (db: Database.Database) => void, statement: string): unknown {
-  const db = new Database(join(tempDir(t), 'e.db'))
+  const db = openDatabase(join(tempDir(t), 'e.db'))
   t.after(() => db.close())
   db.exec('CREATE TABLE plants (id INTEGER PRIMARY KEY, name TEXT NOT NULL)')
   arrange(db)
@@ -30,8 +31,8 @@ test('a full disk and a read-only database are storage trouble (503), as SQLite 
 
 test('a lock held by another connection is storage trouble and busy', (t) => {
   const path = join(tempDir(t), 'locked.db')
-  const holder = new Database(path)
-  const other = new Database(path)
+  const holder = openDatabase(path)
+  const other = openDatabase(path)
   t.after(() => { other.close(); holder.close() })
   holder.exec('CREATE TABLE plants (id INTEGER PRIMARY KEY); BEGIN IMMEDIATE')
   other.pragma('busy_timeout = 0')

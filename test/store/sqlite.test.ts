@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict'
-import Database from 'better-sqlite3'
+import type Database from 'better-sqlite3'
+import { openDatabase } from '../../src/store/sqlite-driver.js'
 import { fstatSync, statSync } from 'node:fs'
 import { join } from 'node:path'
 import { test, type TestContext } from 'node:test'
@@ -114,7 +115,7 @@ test('reads asked for in one turn run as one batch, each answered with its own r
 test('the reads of one batch share one snapshot: a commit made meanwhile shows in the next batch', async (t) => {
   const path = join(tempDir(t), 'plantstore.db')
   const store = new SqliteStore(path)
-  const other = new Database(path) // another process's connection, committing in the middle of a batch
+  const other = openDatabase(path) // another process's connection, committing in the middle of a batch
   t.after(async () => { other.close(); await store.close() })
   await store.create({ id: 1n, name: 'Fern' })
   const read = (store as unknown as { read: <T>(query: () => T) => Promise<T> }).read.bind(store)
@@ -155,7 +156,7 @@ test('one failing write does not undo the others in its commit', async (t) => {
 test('a write that makes SQLite roll back the whole transaction fails its whole batch, and nothing of the batch is stored', async (t) => {
   const path = join(tempDir(t), 'plantstore.db')
   const store = new SqliteStore(path)
-  const other = new Database(path) // plants a trigger that rolls back the writer's transaction, as a full disk would
+  const other = openDatabase(path) // plants a trigger that rolls back the writer's transaction, as a full disk would
   t.after(async () => { other.close(); await store.close() })
   other.exec("CREATE TRIGGER boom BEFORE INSERT ON plants WHEN NEW.name = 'boom' BEGIN SELECT RAISE(ROLLBACK, 'boom'); END")
   const results = await Promise.allSettled([
@@ -171,7 +172,7 @@ test('a write that makes SQLite roll back the whole transaction fails its whole 
 test('a write that fails in its savepoint takes no position: the turn\'s other writes log contiguous positions', async (t) => {
   const path = join(tempDir(t), 'plantstore.db')
   const store = new SqliteStore(path)
-  const other = new Database(path) // a trigger that fails the one write whose change names 'boom', as a constraint would
+  const other = openDatabase(path) // a trigger that fails the one write whose change names 'boom', as a constraint would
   t.after(async () => { other.close(); await store.close() })
   other.exec("CREATE TRIGGER boom BEFORE INSERT ON changes WHEN NEW.name = 'boom' BEGIN SELECT RAISE(ABORT, 'boom'); END")
   const results = await Promise.allSettled([

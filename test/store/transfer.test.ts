@@ -1,7 +1,7 @@
 // Store.exportPlants and Store.importPlants, on SQLite always and on PostgreSQL when
 // TEST_DATABASE_URL names a server (each test in a schema of its own).
 import assert from 'node:assert/strict'
-import Database from 'better-sqlite3'
+import { openDatabase } from '../../src/store/sqlite-driver.js'
 import { join } from 'node:path'
 import { test, type TestContext } from 'node:test'
 import { PostgresStore } from '../../src/store/postgres.js'
@@ -151,7 +151,7 @@ test('sqlite: an export stopped early ends its read transaction: a checkpoint ca
   await stopAfterFirstPage(store)
   assert.equal((await store.create({ id: 9000n, name: 'after' })).outcome, 'created')
   // A reader still in its snapshot would keep the frames written since: the checkpoint would be busy.
-  const db = new Database(path)
+  const db = openDatabase(path)
   t.after(() => db.close())
   assert.deepEqual(db.pragma('wal_checkpoint(TRUNCATE)'), [{ busy: 0, log: 0, checkpointed: 0 }])
 })
