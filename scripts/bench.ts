@@ -22,8 +22,8 @@ import { createServer } from 'node:net'
 import { availableParallelism, cpus, loadavg, totalmem, tmpdir } from 'node:os'
 import { dirname, join, resolve } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
-import Database from 'better-sqlite3'
 import { queryOnce } from './postgres-query.js'
+import { openDatabase, SQLITE_BINDING } from '../src/store/sqlite-driver.js'
 
 type ScenarioName = 'get' | 'list' | 'post'
 type YardstickName = 'ceiling' | 'durable' | 'fastify' | 'get' | 'list' | 'postgres' | 'postgres-js'
@@ -337,7 +337,7 @@ function compileYardsticks (): string {
 
 /** The plants the bench seeds into the service over HTTP, written straight into the readers' file. */
 function seedFile (path: string): void {
-  const db = new Database(path)
+  const db = openDatabase(path)
   db.pragma('journal_mode = WAL')
   db.exec('CREATE TABLE plants (id INTEGER PRIMARY KEY, name TEXT NOT NULL, tag TEXT)')
   const insert = db.prepare('INSERT INTO plants (id, name, tag) VALUES (?, ?, ?)')
@@ -348,7 +348,8 @@ function seedFile (path: string): void {
 
 /** `database`: the directory of the SQLite yardsticks' files, or the postgres yardstick's URL. */
 async function startYardstick (name: YardstickName, script: string, token: string, database: string): Promise<Server> {
-  const env: Record<string, string> = { HOST: '127.0.0.1', YARDSTICK: name, YARDSTICK_TOKEN: token }
+  // The yardsticks are compiled on their own, outside src/: they load the SQLite binding the service's driver picks.
+  const env: Record<string, string> = { HOST: '127.0.0.1', YARDSTICK: name, YARDSTICK_TOKEN: token, SQLITE_BINDING }
   if (name === 'postgres' || name === 'postgres-js') env.DATABASE_URL = database
   else if (name !== 'ceiling') env.DATABASE_PATH = join(database, name === 'durable' || name === 'fastify' ? `${name}.db` : 'seeded.db')
   // The Fastify durable yardstick is a script of its own, on the built service's modules (scripts/yardstick-fastify.ts),

@@ -29,7 +29,8 @@
 // readers ask SQLite for plain numbers: exact for ids within ±2^53, as all the bench's are; ids
 // beyond would need the service's bigint path. The int64 digits path for POST covers the
 // top-level "id" only as the first "id" key of the text, which is enough for the bench's bodies.
-import Database from 'better-sqlite3'
+import type Database from 'better-sqlite3'
+import { createRequire } from 'node:module'
 import pg from 'pg'
 import postgresJs from 'postgres'
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http'
@@ -105,8 +106,11 @@ function readPlant (request: IncomingMessage, response: ServerResponse, accept: 
   })
 }
 
+/** The SQLite binding that scripts/bench.ts names (src/store/sqlite-driver.ts picks it for the Node in use). */
+const Binding: typeof Database = createRequire(import.meta.url)(process.env.SQLITE_BINDING ?? 'better-sqlite3')
+
 function open (): Database.Database {
-  const db = new Database(database)
+  const db = new Binding(database)
   db.pragma('journal_mode = WAL')
   db.pragma('synchronous = FULL')
   db.exec('CREATE TABLE IF NOT EXISTS plants (id INTEGER PRIMARY KEY, name TEXT NOT NULL, tag TEXT)')

@@ -8,8 +8,10 @@ import type Database from 'better-sqlite3'
 
 const NODE_MAJOR = Number(process.versions.node.split('.')[0])
 
-/** The binding's Database class: 13 (installed as better-sqlite3-napi) from Node 22 on, else 12. */
-const Binding: typeof Database = createRequire(import.meta.url)(NODE_MAJOR >= 22 ? 'better-sqlite3-napi' : 'better-sqlite3')
+/** The binding's package: 13 (installed as better-sqlite3-napi) from Node 22 on, else 12. */
+export const SQLITE_BINDING = NODE_MAJOR >= 22 ? 'better-sqlite3-napi' : 'better-sqlite3'
+
+const Binding: typeof Database = createRequire(import.meta.url)(SQLITE_BINDING)
 
 /** Opens a connection to the SQLite file at `path`: better-sqlite3's `new Database(path, options)`. */
 export function openDatabase (path: string, options?: Database.Options): Database.Database {
