@@ -23,6 +23,7 @@ export const plants: FastifyPluginAsync<{ store: Store, feed: Feed }> = async (a
     ...route('addPlant'),
     config: { scope: 'plants:write' },
     handler: async (request, reply) => {
+      // If-None-Match only, not conditionsOf: the seed's operation takes no other condition (SPEC section 9).
       const ifNoneMatch = versionsOf(request.headers['if-none-match'], 'If-None-Match', { weak: true })
       const plant = { id: request.body.id, ...plantOf(request.body) }
       const created = await store.create(plant)

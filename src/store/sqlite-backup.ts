@@ -1,7 +1,7 @@
-import { openDatabase } from './sqlite-driver.js'
 import { closeSync, existsSync, fsyncSync, linkSync, openSync, rmSync } from 'node:fs'
 import { basename, dirname, join, resolve } from 'node:path'
 import { ConfigError } from '../config.js'
+import { openDatabase } from './sqlite-driver.js'
 
 /** Pages a backup step may copy: all of them, so the copy is one snapshot and never restarts. */
 const ALL_PAGES = 0x7fffffff

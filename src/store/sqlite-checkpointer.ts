@@ -2,9 +2,9 @@
 // It syncs the WAL before copying and the database file after, and both syncs are its own, so
 // the event loop never waits for them. It has a connection of its own, which never writes rows.
 import type Database from 'better-sqlite3'
-import { openDatabase } from './sqlite-driver.js'
 import { parentPort, workerData } from 'node:worker_threads'
 import { describe } from './describe.js'
+import { openDatabase } from './sqlite-driver.js'
 import { configure } from './sqlite-schema.js'
 
 /** What the owner gives the thread: the database file. */

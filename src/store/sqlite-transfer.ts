@@ -1,7 +1,7 @@
 import type Database from 'better-sqlite3'
-import { openDatabase } from './sqlite-driver.js'
 import { StoreUnavailableError } from '../errors.js'
 import { describe } from './describe.js'
+import { openDatabase } from './sqlite-driver.js'
 import { isUnavailable } from './sqlite-errors.js'
 import { LIST_SQL, rowToPlant, type PlantRow } from './sqlite-rows.js'
 import { plantCreator } from './sqlite-writes.js'

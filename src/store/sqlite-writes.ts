@@ -3,8 +3,8 @@
 // commit durable with an fdatasync of the WAL on libuv's thread pool before it answers
 // (docs/durability.md argues why that suffices).
 import type Database from 'better-sqlite3'
-import { openDatabase } from './sqlite-driver.js'
 import { describe } from './describe.js'
+import { openDatabase } from './sqlite-driver.js'
 import { configure } from './sqlite-schema.js'
 import { VERSIONED_PLANT_SQL, rowToPlant, rowToToken, type PlantRow, type TokenRow } from './sqlite-rows.js'
 import { webhookWrites } from './sqlite-webhooks.js'
