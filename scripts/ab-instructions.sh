@@ -4,8 +4,8 @@
 # the machine's pace or with other work on it: what it shows is the work each build asks of the
 # CPU for the same requests (in user space; the kernel's share, system calls and the disk, is not
 # counted). Each server runs under callgrind (about 50 times slower), both at once on CPUs of
-# their own, each on a fresh SQLite file, at `warn` with no rate limit, with `npm start`'s heap
-# flag; it takes WARM POSTs, its counts are zeroed, then it takes COUNT POSTs (64 connections,
+# their own, each on a fresh SQLite file, at `warn` with no rate limit (with BENCH_AS_USER=1:
+# `info` and the rate limit on, above the load), with `npm start`'s heap flag; it takes WARM POSTs, its counts are zeroed, then it takes COUNT POSTs (64 connections,
 # scripts/fixed-posts.ts) and its counts are read. Reported per POST: every thread; the event
 # loop's thread; SQLite (better-sqlite3's addon, which holds it); V8's optimizing compiler on its
 # threads. Under callgrind V8 is still compiling after tens of thousands of requests: compare the
@@ -19,6 +19,7 @@
 set -euo pipefail
 B=$(cd "$(dirname "$0")/.." && pwd)
 if [ "$1" = fastify ]; then A=$B; A_SERVER=fastify; else A=$(cd "$1" && pwd); A_SERVER=service; fi
+if [ "${BENCH_AS_USER:-}" = 1 ]; then LOG_LEVEL=info RATE_LIMIT=100000000; else LOG_LEVEL=warn RATE_LIMIT=0; fi
 WARM=${2:-30000}
 COUNT=${3:-10000}
 WORK=$(mktemp -d)
@@ -41,7 +42,7 @@ start () {
   fi
   # shellcheck disable=SC2086 # flags: words, each a Node flag
   (cd "$dir" && DATABASE_URL=$db DATABASE_PATH=$db PLANTSTORE_ROOT=$dir YARDSTICK_TOKEN=$(cat "$WORK/$name.token") PORT=$port \
-    LOG_LEVEL=warn RATE_LIMIT_PER_MINUTE=0 exec taskset -c "$cpu" \
+    LOG_LEVEL=$LOG_LEVEL RATE_LIMIT_PER_MINUTE=$RATE_LIMIT exec taskset -c "$cpu" \
     valgrind --tool=callgrind --callgrind-out-file="$WORK/$name.out" node --max-semi-space-size=8 $flags $server \
     >"$WORK/$name.log" 2>&1) &
   echo $! > "$WORK/$name.pid"
