@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict'
 import { spawnSync } from 'node:child_process'
-import { chmodSync, mkdirSync, symlinkSync, writeFileSync } from 'node:fs'
+import { chmodSync, mkdirSync, readdirSync, readFileSync, statSync, symlinkSync, writeFileSync } from 'node:fs'
 import { connect, createServer, type AddressInfo } from 'node:net'
 import { join } from 'node:path'
 import { describe, test } from 'node:test'
@@ -203,4 +203,22 @@ test('a start on a host name that does not resolve fails with one line', (t) => 
   const failed = startFails({ PORT: '0', HOST: 'no-such-host.invalid', DATABASE_URL: join(dir, 'plantstore.db') })
   assert.equal(failed.status, 1)
   assertOneLine(failed.stderr, /^plantstore: Cannot listen on no-such-host\.invalid:0: /)
+})
+
+test('a path that holds something other than a SQLite database fails at start with one line, and is left as it was', (t) => {
+  const dir = tempDir(t)
+  const text = join(dir, 'notes.txt')
+  writeFileSync(text, 'not a database\n', { mode: 0o644 })
+  chmodSync(text, 0o644)
+  const fifo = join(dir, 'pipe')
+  assert.equal(spawnSync('mkfifo', [fifo]).status, 0)
+  for (const [path, cause] of [[text, 'the file is not a SQLite database'], [fifo, 'it is not a regular file'], [dir, 'it is not a regular file']]) {
+    const before = statSync(path)
+    const result = startFails({ PORT: '0', DATABASE_URL: path })
+    assert.equal(result.status, 1)
+    assertOneLine(result.stderr, new RegExp(`^plantstore: Cannot open the database at ${path.replace(/[.]/g, '\\.')}: ${cause}\\.\\n$`))
+    assert.equal(statSync(path).mode, before.mode, `${path}: mode changed`)
+  }
+  assert.equal(readFileSync(text, 'utf8'), 'not a database\n')
+  assert.deepEqual(readdirSync(dir).sort(), ['notes.txt', 'pipe'], 'nothing made beside them (no -journal, -wal, -shm)')
 })
