@@ -9,7 +9,7 @@ export type TargetSession = 'primary' | 'read-write' | 'any'
 export interface DatabaseHosts {
   /** One URL per host, in the order given: each the whole URL with that host alone, `target_session_attrs` left out. */
   urls: string[]
-  /** Several hosts without `target_session_attrs` take `read-write`: the service writes. One host takes `any`, as today. */
+  /** Several hosts take `read-write` unless asked for `primary`: the service writes (`any` among several would take a standby that answers first). One host takes `any`, as today. */
   target: TargetSession
 }
 
@@ -39,7 +39,8 @@ export function databaseHosts (url: string): DatabaseHosts {
   const path = rest.replace(/[?#].*/, '')
   const kept = (/\?([^#]*)/.exec(rest)?.[1] ?? '').split('&').filter(pair => pair !== '' && !pair.startsWith('target_session_attrs=')).join('&')
   const urls = hosts.map(host => `${scheme}${userInfo === undefined ? '' : `${userInfo}@`}${host}${path}${kept === '' ? '' : `?${kept}`}`)
-  return { urls, target: (asked as TargetSession | null) ?? (urls.length > 1 ? 'read-write' : 'any') }
+  const target = (asked as TargetSession | null) ?? 'any'
+  return { urls, target: urls.length > 1 && target === 'any' ? 'read-write' : target }
 }
 
 /** The host:port part of a one-host URL, for log lines and errors (never the user or password). */

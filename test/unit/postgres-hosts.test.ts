@@ -4,7 +4,7 @@ import assert from 'node:assert/strict'
 import { test } from 'node:test'
 import { databaseHosts, hostOf } from '../../src/store/postgres-hosts.js'
 
-test('several hosts: one URL each, in order, the rest of the URL kept as written; read-write unless asked otherwise', () => {
+test('several hosts: one URL each, in order, the rest of the URL kept as written; read-write unless primary is asked for', () => {
   assert.deepEqual(databaseHosts('postgres://u:p%40ss@h1:5432,h2:5433/db?sslmode=disable&options=-c%20search_path%3Ds'), {
     urls: ['postgres://u:p%40ss@h1:5432/db?sslmode=disable&options=-c%20search_path%3Ds', 'postgres://u:p%40ss@h2:5433/db?sslmode=disable&options=-c%20search_path%3Ds'],
     target: 'read-write'
@@ -13,7 +13,8 @@ test('several hosts: one URL each, in order, the rest of the URL kept as written
     urls: ['postgresql://[::1]:5432/x', 'postgresql://[2001:db8::7]/x', 'postgresql://db.example/x'],
     target: 'primary'
   })
-  assert.equal(databaseHosts('postgres://a,b/db?target_session_attrs=any').target, 'any')
+  assert.equal(databaseHosts('postgres://a,b/db?target_session_attrs=any').target, 'read-write', 'any of several would take a standby that answers first (SPEC section 10: only the one that accepts writes)')
+  assert.equal(databaseHosts('postgres://a/db?target_session_attrs=any').target, 'any')
   assert.deepEqual(databaseHosts('postgres://u:p@ss,w@h1,h2/db').urls, ['postgres://u:p@ss,w@h1/db', 'postgres://u:p@ss,w@h2/db'], 'a password holding "@" and ","')
 })
 
