@@ -1,6 +1,6 @@
 import { isUtf8 } from 'node:buffer'
 import { randomBytes } from 'node:crypto'
-import Fastify, { type FastifyInstance } from 'fastify'
+import Fastify, { type FastifyInstance, type onSendHookHandler } from 'fastify'
 import pino, { type Logger } from 'pino'
 import { installAuth } from './auth.js'
 import { Feed } from './changes/feed.js'
@@ -57,6 +57,12 @@ function requestIds (): () => string {
   const tag = randomBytes(8).toString('hex')
   let count = 0
   return () => `${tag}-${(++count).toString(36)}`
+}
+
+/** A HEAD answer's last onSend: a 304 carries no Content-Length. */
+const withoutLengthIfNotModified: onSendHookHandler = (_request, reply, payload, done) => {
+  if (reply.statusCode === 304) reply.removeHeader('content-length')
+  done(null, payload)
 }
 
 /** The whole service as a Fastify instance. It never listens: the caller decides where. */
@@ -139,6 +145,11 @@ export async function buildApp ({ config, store: bareStore, log = pino({ level: 
     done(edgeRefusal(request, log))
   })
   app.addHook('onError', shedCounter(metrics))
+  // Fastify's HEAD routes send `Content-Length: 0` with any answer that has no body; a 304's must
+  // not misstate the length of the 200 it stands for (RFC 9110 8.6), so there it goes.
+  app.addHook('onRoute', (route) => {
+    if (route.method === 'HEAD') route.onSend = [...[route.onSend ?? []].flat(), withoutLengthIfNotModified]
+  })
   // Counted for the whole service where the store is shared by instances; RATE_LIMIT_PER_MINUTE=0 turns it off.
   const limiter = config.rateLimitPerMinute === 0 ? undefined : new RateLimiter({ perMinute: config.rateLimitPerMinute, shared: store.rateWindows, log })
   if (limiter !== undefined) app.addHook('onClose', async () => limiter.close())

@@ -61,6 +61,19 @@ for (const store of testStores()) {
         assert.equal((await call(server, 'GET', '/plants/424242', { headers: { 'if-none-match': '*' } })).status, 404)
       })
 
+      await t.test('HEAD: a 304 carries no Content-Length (it would misstate the 200\'s, RFC 9110 8.6); a 200 carries the GET\'s', async () => {
+        const read = await call(server, 'GET', `/plants/${BIG}`)
+        const head = await call(server, 'HEAD', `/plants/${BIG}`)
+        assert.equal(head.status, 200)
+        assert.equal(head.headers.get('content-length'), String(Buffer.byteLength(read.text)))
+        for (const method of ['HEAD', 'GET']) {
+          const answer = await call(server, method, `/plants/${BIG}`, { headers: { 'if-none-match': etag(read) } })
+          assert.equal(answer.status, 304, method)
+          assert.equal(answer.headers.get('content-length'), null, method)
+          assert.equal(answer.headers.get('etag'), etag(read), method)
+        }
+      })
+
       await t.test('If-Match on PUT and DELETE: a stale or weak ETag is 412 with the Error body, nothing changed', async () => {
         const before = await call(server, 'GET', `/plants/${BIG}`)
         const current = etag(before)
