@@ -8,9 +8,23 @@ export function etagOf (version: bigint): string {
   return `"${version}"`
 }
 
-/** One entity-tag of a list (RFC 9110 8.8.3): optionally `W/`, then a quoted opaque tag. */
-const ENTITY_TAG = /^(W\/)?"([\x21\x23-\x7e\x80-\xff]*)"$/
+/**
+ * One element of an entity-tag list (RFC 9110 8.8.3, 5.6.1) and the comma after it: optionally
+ * `W/` and a quoted opaque tag (which may hold a comma), or nothing (an empty element).
+ */
+const LIST_ELEMENT = /[ \t]*(?:(W\/)?"([\x21\x23-\x7e\x80-\xff]*)")?[ \t]*(?:,|$)/y
 const VERSION = /^[1-9]\d{0,18}$/
+
+/** The entity-tags of a list, or undefined when it is not one. */
+function entityTags (text: string): Array<{ weak: boolean, opaque: string }> | undefined {
+  const tags: Array<{ weak: boolean, opaque: string }> = []
+  for (LIST_ELEMENT.lastIndex = 0; LIST_ELEMENT.lastIndex < text.length;) {
+    const match = LIST_ELEMENT.exec(text)
+    if (match === null) return undefined
+    if (match[2] !== undefined) tags.push({ weak: match[1] !== undefined, opaque: match[2] })
+  }
+  return tags
+}
 
 /**
  * The versions an If-Match or If-None-Match header names: '*', or those of its entity-tags that
@@ -22,12 +36,12 @@ export function versionsOf (header: string | undefined, name: 'If-Match' | 'If-N
   if (header === undefined) return undefined
   const text = header.trim()
   if (text === '*') return '*'
-  // Empty list elements are allowed (RFC 9110 5.6.1); at least one entity-tag is not.
-  const tags = text.split(',').map(item => item.trim()).filter(item => item !== '').map(item => ENTITY_TAG.exec(item))
-  if (tags.length === 0 || tags.includes(null)) {
+  // Empty list elements are allowed (RFC 9110 5.6.1); a list without an entity-tag is not.
+  const tags = entityTags(text)
+  if (tags === undefined || tags.length === 0) {
     throw new ApiError('invalidCondition', `The ${name} header must be "*" or a list of ETags such as "12" in double quotes, not ${JSON.stringify(header.slice(0, 64))}.`)
   }
-  return tags.filter(match => (match![1] === undefined || weak) && VERSION.test(match![2])).map(match => BigInt(match![2]))
+  return tags.filter(tag => (!tag.weak || weak) && VERSION.test(tag.opaque)).map(tag => BigInt(tag.opaque))
 }
 
 /**
