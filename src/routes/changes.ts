@@ -27,9 +27,28 @@ function eventIdOf (header: string | undefined): bigint | undefined {
   return BigInt(digits)
 }
 
-/** True when the client asks for Server-Sent Events (and not JSON first). */
+/** The q-value (RFC 9110 12.4.2) of each media range an Accept header lists, by range in lower case. */
+function acceptedRanges (accept: string): Map<string, number> {
+  const ranges = new Map<string, number>()
+  for (const element of accept.split(',')) {
+    const [range, ...parameters] = element.split(';').map(part => part.trim().toLowerCase())
+    const q = parameters.find(parameter => /^q\s*=/.test(parameter))?.replace(/^q\s*=\s*/, '')
+    if (range !== '') ranges.set(range, q === undefined ? 1 : /^(0(\.\d{0,3})?|1(\.0{0,3})?)$/.test(q) ? Number(q) : 0)
+  }
+  return ranges
+}
+
+/**
+ * True when the client asks for Server-Sent Events: it names text/event-stream with a q-value
+ * above 0 and no lower than the one it gives JSON (by JSON's most specific range). A wildcard
+ * alone (`*\/*`) asks for nothing in particular: JSON.
+ */
 function wantsStream (accept: string | undefined): boolean {
-  return accept !== undefined && /(^|,)\s*text\/event-stream\s*(;|,|$)/i.test(accept)
+  if (accept === undefined || !/text\/event-stream/i.test(accept)) return false
+  const ranges = acceptedRanges(accept)
+  const stream = ranges.get('text/event-stream') ?? 0
+  const json = ranges.get('application/json') ?? ranges.get('application/*') ?? ranges.get('*/*') ?? 0
+  return stream > 0 && stream >= json
 }
 
 export const changes: FastifyPluginAsync<{ store: Store, feed: Feed, stillAllowed: StillAllowed, log: Logger }> = async (app, { store, feed, stillAllowed, log }) => {

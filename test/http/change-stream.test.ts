@@ -213,3 +213,20 @@ describe('stream bounds (SQLite)', { concurrency: 2 }, () => {
     assert.deepEqual(reader.events.filter(isChange).map(event => Number(event.id)), Array.from({ length: 10_000 }, (_, i) => i + 1))
   })
 })
+
+test('Accept decides between the stream and JSON by its q-values (RFC 9110 12.5.1)', { timeout: 20_000 }, async (t) => {
+  const server = await startServer(t)
+  await post(server, 1, 'Fern')
+  for (const accept of ['text/event-stream;q=0', 'application/json;q=0.9, text/event-stream;q=0.1', '*/*', 'text/*', 'application/json', 'text/event-stream;q=0.5, */*']) {
+    const answer = await call(server, 'GET', '/plants/changes', { headers: { accept } })
+    assert.equal(answer.status, 200, accept)
+    assert.match(answer.headers.get('content-type') ?? '', /^application\/json/, accept)
+    assert.equal(answer.body.length, 1, accept)
+  }
+  for (const accept of ['text/event-stream', 'text/event-stream, application/json', 'application/json;q=0.5, Text/Event-Stream', 'text/event-stream;q=0.8, application/*;q=0.7']) {
+    const stream = await openStream(`${server.url}/plants/changes`, server.token, { accept })
+    t.after(stream.close)
+    assert.equal(stream.headers['content-type'], 'text/event-stream; charset=utf-8', accept)
+    stream.close()
+  }
+})
