@@ -20,6 +20,12 @@ function repeatedHeader (request: FastifyRequest): string | undefined {
   return undefined
 }
 
+/**
+ * The longest path (the request target before any query) answered: far above any of the API's,
+ * below the request line that Node refuses as headers too large (16 KiB). A longer one is 414.
+ */
+export const MAX_PATH = 2048
+
 /** True when every percent-escape in `text` is a byte of valid UTF-8. */
 function decodable (text: string): boolean {
   if (!text.includes('%')) return true
@@ -34,7 +40,7 @@ function decodable (text: string): boolean {
 /**
  * The refusal of a request whose head fails the checks that come before everything else, auth
  * included, or undefined when it passes: HTTP/1.1
- * requires Host; a second Authorization, Host or Content-Type header is ambiguous (which token,
+ * requires Host; a path longer than MAX_PATH is 414, whether or not it names a route; a second Authorization, Host or Content-Type header is ambiguous (which token,
  * which host, which parser?), so it is refused rather than settled by taking the first. A DELETE
  * has its content type ignored, so `DELETE` with a stray `Content-Type: application/json` and an
  * empty body, even a chunked one, is an ordinary DELETE.
@@ -44,8 +50,9 @@ export function edgeRefusal (request: FastifyRequest, log: Logger): ApiError | u
     log.warn({ reqId: request.id, status: 400, reason: 'missingHost' }, 'request refused before routing')
     return new ApiError('missingHost')
   }
-  // The query parser takes undecodable text literally; a path answers 400 for the same bytes.
   const query = request.url.indexOf('?')
+  if ((query === -1 ? request.url.length : query) > MAX_PATH) return new ApiError('pathTooLong', `The path is longer than ${MAX_PATH} characters.`)
+  // The query parser takes undecodable text literally; a path answers 400 for the same bytes.
   if (query !== -1 && !decodable(request.url.slice(query + 1))) return new ApiError('badQuery')
   const repeated = repeatedHeader(request)
   if (repeated !== undefined) return new ApiError('repeatedHeader', `The ${repeated} header was sent more than once; send it once.`)

@@ -34,6 +34,15 @@ for (const store of testStores()) {
       assert.equal((await call(server, 'GET', '/healthz', { token: null })).status, 200)
     })
 
+    test('a path longer than 2048 characters is 414 with the Error body, whether or not it names a route; a long query is no long path', async (t) => {
+      const server = await startServer(t, { store })
+      for (const path of [`/${'a'.repeat(2048)}`, `/plants${'/x'.repeat(1021)}`, `/plants/1/${'%41'.repeat(700)}`]) {
+        assert.ok(isErrorBody(await call(server, 'GET', path), 414), path.slice(0, 20))
+      }
+      assert.ok(isErrorBody(await call(server, 'GET', `/${'a'.repeat(2047)}`), 404), 'at the bound: an unknown path')
+      assert.equal((await call(server, 'GET', `/plants?tag=${'t'.repeat(100)}&after=${'0'.repeat(2000)}1`)).status, 400, 'a long query: a bad parameter, not a long path')
+    })
+
     test('a request whose body stops arriving is answered 408 within REQUEST_TIMEOUT, its connection closed, nothing stored', async (t) => {
       const server = await startServer(t, { store, env: { REQUEST_TIMEOUT: '2' } })
       const body = '{"id": 408, "name": "Slow"}'
