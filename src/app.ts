@@ -42,10 +42,13 @@ const arrivalCheckMs = (seconds: number): number => Math.min(500, seconds * 100)
 /** Node's limit for a request to arrive, so that with its checks the 408 leaves within `seconds`. */
 const arrivalLimitMs = (seconds: number): number => seconds * 1000 - arrivalCheckMs(seconds)
 
-/** True unless the content type names a charset other than UTF-8 (JSON is UTF-8, RFC 8259). */
+/** True unless the content type names a charset other than UTF-8 (JSON is UTF-8, RFC 8259), once or among several. */
 function isUtf8Charset (contentType: string | undefined): boolean {
-  const charset = /;\s*charset\s*=\s*"?([^";\s]*)/i.exec(contentType ?? '')?.[1]
-  return charset === undefined || /^utf-?8$/i.test(charset)
+  if (contentType === undefined || !contentType.includes(';')) return true
+  for (const [, charset] of contentType.matchAll(/;\s*charset\s*=\s*"?([^";\s]*)/gi)) {
+    if (!/^utf-?8$/i.test(charset)) return false
+  }
+  return true
 }
 
 /**

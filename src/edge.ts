@@ -40,7 +40,8 @@ function decodable (text: string): boolean {
 /**
  * The refusal of a request whose head fails the checks that come before everything else, auth
  * included, or undefined when it passes: HTTP/1.1
- * requires Host; a path longer than MAX_PATH is 414, whether or not it names a route; a second Authorization, Host or Content-Type header is ambiguous (which token,
+ * requires Host; a path longer than MAX_PATH is 414, whether or not it names a route; a
+ * transfer coding other than chunked is 501 (RFC 9112 6.1); a second Authorization, Host or Content-Type header is ambiguous (which token,
  * which host, which parser?), so it is refused rather than settled by taking the first. A DELETE
  * has its content type ignored, so `DELETE` with a stray `Content-Type: application/json` and an
  * empty body, even a chunked one, is an ordinary DELETE.
@@ -54,6 +55,9 @@ export function edgeRefusal (request: FastifyRequest, log: Logger): ApiError | u
   if ((query === -1 ? request.url.length : query) > MAX_PATH) return new ApiError('pathTooLong', `The path is longer than ${MAX_PATH} characters.`)
   // The query parser takes undecodable text literally; a path answers 400 for the same bytes.
   if (query !== -1 && !decodable(request.url.slice(query + 1))) return new ApiError('badQuery')
+  // Node reads chunked framing; any other transfer coding (gzip, chunked) would reach the parser still coded.
+  const coding = request.headers['transfer-encoding']
+  if (coding !== undefined && coding.trim().toLowerCase() !== 'chunked') return new ApiError('unsupportedTransferCoding')
   const repeated = repeatedHeader(request)
   if (repeated !== undefined) return new ApiError('repeatedHeader', `The ${repeated} header was sent more than once; send it once.`)
   // DELETE takes no body: whatever content type it declares, nothing is parsed (Fastify reads no body for GET).

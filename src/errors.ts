@@ -41,6 +41,7 @@ export const failures = {
   expectationFailed: { status: 417, message: 'Only "Expect: 100-continue" is supported.' },
   headersTooLarge: { status: 431, message: 'The request headers are too large.' },
   rateLimited: { status: 429, message: 'This token sent too many requests; wait for the number of seconds in Retry-After.' },
+  unsupportedTransferCoding: { status: 501, message: 'The request uses a transfer coding other than chunked, which this server does not implement; send the body uncompressed.' },
   internal: { status: 500, message: 'Something went wrong on our side; it has been logged.' },
   unavailable: { status: 503, message: 'The store is unavailable right now; retry after the number of seconds in Retry-After.', headers: { 'retry-after': '1' } },
   tooManyReaders: { status: 503, message: 'As many change streams and waiting polls are open as the server takes; retry after the number of seconds in Retry-After.', headers: { 'retry-after': '1' } },

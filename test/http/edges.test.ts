@@ -117,7 +117,7 @@ for (const store of testStores()) {
       })
 
       await t.test('a charset other than UTF-8 is 415; UTF-8 named any usual way is fine', async () => {
-        for (const type of ['application/json; charset=iso-8859-1', 'application/json;charset="windows-1252"', 'application/json; charset=utf-16']) {
+        for (const type of ['application/json; charset=iso-8859-1', 'application/json;charset="windows-1252"', 'application/json; charset=utf-16', 'application/json; charset=utf-8; charset=latin1', 'application/json; charset=latin1; charset=utf-8']) {
           const answer = await call(server, 'POST', '/plants', { raw: '{"id":5,"name":"caf\u00e9"}', headers: { 'content-type': type } })
           assert.ok(isErrorBody(answer, 415), `${type}: ${answer.text}`)
         }
@@ -132,6 +132,17 @@ for (const store of testStores()) {
         assert.ok(isErrorBody(answer, 415), answer.text)
         assert.match(answer.body.message, /Content-Encoding/)
         assert.equal((await call(server, 'GET', '/plants/10')).status, 404)
+      })
+
+      await t.test('a transfer coding other than chunked is 501 (RFC 9112 6.1), nothing stored; plain chunked is fine', async () => {
+        const body = '{"id":11,"name":"x"}'
+        const chunked = `${body.length.toString(16)}\r\n${body}\r\n0\r\n\r\n`
+        const head = (coding: string): string => `POST /plants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${server.token}\r\nContent-Type: application/json\r\nTransfer-Encoding: ${coding}\r\n\r\n`
+        const coded = await rawExchange(server, head('gzip, chunked') + chunked, { waitMs: 1000 })
+        assert.ok(isRawErrorBody(coded.text, 501), coded.text)
+        assert.equal((await call(server, 'GET', '/plants/11')).status, 404)
+        const plain = await rawExchange(server, head('chunked') + chunked, { waitMs: 1000 })
+        assert.match(plain.text, /^HTTP\/1\.1 200 /)
       })
 
       await t.test('astral characters round-trip exactly, and their retry is a safe 200', async () => {
