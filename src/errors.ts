@@ -32,6 +32,7 @@ export const failures = {
   requestTimeout: { status: 408, message: 'The request took too long to arrive; send it again, all at once.' },
   changesGone: { status: 410, message: 'The change log no longer holds the changes after this position (or never reached it); list the plants again and follow the feed from the Changes-Position of that list.' },
   preconditionFailed: { status: 412, message: 'The plant is not at a version this request\'s condition accepts; nothing was changed. Read it again for its current ETag.' },
+  webhookDisabled: { status: 409, message: 'This webhook subscription is disabled, so nothing is sent to it: enable it (POST /webhooks/{id}/enable), then retry.' },
   plantConflict: { status: 409, message: 'Another plant already uses this id; nothing was changed.' },
   bodyTooLarge: { status: 413, message: 'The request body is larger than 64 KiB.' },
   pathTooLong: { status: 414, message: 'A path parameter is longer than 100 characters.' },

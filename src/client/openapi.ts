@@ -336,7 +336,7 @@ export interface paths {
         put?: never;
         /**
          * Send a delivery again now
-         * @description Makes the delivery pending and due now, whatever its state; it is attempted within a second (by one instance), with the same `webhook-id`. If that attempt fails, the schedule goes on from where it stood. Needs `admin`.
+         * @description Makes the delivery pending and due now, whatever its state (`409` while the subscription is disabled: enable it first); it is attempted within a second (by one instance), with the same `webhook-id`. If that attempt fails, the schedule goes on from where it stood. Needs `admin`.
          */
         post: operations["retryWebhookDelivery"];
         delete?: never;
@@ -1412,6 +1412,15 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             404: components["responses"]["WebhookNotFound"];
             405: components["responses"]["MethodNotAllowed"];
+            /** @description The subscription is disabled, so nothing would be sent: enable it first. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["Unavailable"];
         };

@@ -109,6 +109,8 @@ export const webhooks: FastifyPluginAsync<WebhookRouteOptions> = async (app, { w
     config,
     handler: async (request, reply) => {
       const id = Number(request.params.webhookId)
+      // A disabled subscription is sent nothing: "attempted now" would not be true.
+      if (found(await webhooks.get(id)).disabled !== undefined) throw new ApiError('webhookDisabled')
       const delivery = await webhooks.retry(id, Number(request.params.deliveryId), new Date())
       if (delivery === undefined) throw new ApiError(await webhooks.get(id) === undefined ? 'webhookNotFound' : 'deliveryNotFound')
       poke()

@@ -187,6 +187,12 @@ for (const kind of testStores()) {
       await post(server, '{"id": 2, "name": "Moss"}')
       await new Promise(resolve => setTimeout(resolve, 1000))
       assert.equal(receiver.received.length, 1, 'nothing is sent while disabled')
+      const [failed] = (await call(server, 'GET', `/webhooks/${id}/deliveries`)).body as Array<{ id: number, status: string }>
+      assert.equal(failed.status, 'failed')
+      const refused = await call(server, 'POST', `/webhooks/${id}/deliveries/${failed.id}/retry`)
+      assert.ok(isErrorBody(refused, 409), `a retry while disabled would send nothing: ${refused.status} ${refused.text}`)
+      assert.match(refused.body.message, /enable it/)
+      assert.equal((await call(server, 'GET', `/webhooks/${id}/deliveries`)).body[0].status, 'failed', 'the refused retry changed nothing')
       receiver.answer = (_request, response) => { response.writeHead(204).end() }
       const enabled = await call(server, 'POST', `/webhooks/${id}/enable`)
       assert.equal(enabled.status, 200, enabled.text)
