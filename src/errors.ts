@@ -214,7 +214,8 @@ export function installErrorHandling (app: FastifyInstance, log: Logger, refused
   app.setErrorHandler((error: FastifyError, request: FastifyRequest, reply: FastifyReply) => {
     const failure = toApiError(error)
     if (failure.failure === 'unavailable') storeTrouble(request.id, error.message)
-    else if (failure.status >= 500) log.error({ reqId: request.id, err: error }, 'request failed')
+    // A 500 is a bug; the other 5xx (a reader cap reached, a transfer coding not implemented) are answers, in the request line.
+    else if (failure.failure === 'internal') log.error({ reqId: request.id, err: error }, 'request failed')
     return send(reply, failure)
   })
 

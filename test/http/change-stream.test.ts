@@ -167,6 +167,9 @@ describe('stream bounds (SQLite)', { concurrency: 2 }, () => {
     assert.equal(again.status, 200)
     again.close()
     two.close()
+    await sleep(150)
+    assert.doesNotMatch(server.stdout(), /"level":50/, 'a reader cap reached is an answer, not an error: no "request failed" line')
+    assert.match(server.stdout(), /"status":503[^\n]*"msg":"request"/, 'the 503s are in the request lines')
   })
 
   test('SIGTERM with streams and a long poll open: the process exits within SHUTDOWN_TIMEOUT, the streams end', async (t) => {
