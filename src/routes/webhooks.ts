@@ -124,7 +124,7 @@ export const webhooks: FastifyPluginAsync<WebhookRouteOptions> = async (app, { w
     handler: async (request, reply) => {
       const queued = await webhooks.replay(Number(request.params.webhookId), request.body.after, new Date())
       if (queued === 'not-found') throw new ApiError('webhookNotFound')
-      if (queued === 'gone') throw new ApiError('changesGone', 'The change log no longer holds the changes after this position (or never reached it): replay from a later one.')
+      if (queued === 'gone') throw new ApiError('changesGone', 'The change log no longer holds the changes after this position, or never reached it: replay from a position between its oldest change and its head.')
       poke()
       return reply.code(202).send({ queued })
     }
