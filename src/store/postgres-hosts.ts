@@ -35,9 +35,13 @@ export function databaseHosts (url: string): DatabaseHosts {
   if (asked !== null && !TARGETS.includes(asked as TargetSession)) {
     throw new Error(`DATABASE_URL's target_session_attrs is "${asked}"; the service writes, so it takes ${TARGETS.join(', ')}.`)
   }
-  // The other parameters pass as they were written, for node-postgres to read.
+  // The other parameters pass as they were written, for node-postgres to read. Its sslmode takes
+  // libpq's meaning (require: encrypted, the certificate unchecked) only when asked to; otherwise
+  // it reads require as verify-full and prints a warning of many lines at every start.
   const path = rest.replace(/[?#].*/, '')
-  const kept = (/\?([^#]*)/.exec(rest)?.[1] ?? '').split('&').filter(pair => pair !== '' && !pair.startsWith('target_session_attrs=')).join('&')
+  const params = (/\?([^#]*)/.exec(rest)?.[1] ?? '').split('&').filter(pair => pair !== '' && !pair.startsWith('target_session_attrs='))
+  if (query.has('sslmode') && !query.has('uselibpqcompat')) params.push('uselibpqcompat=true')
+  const kept = params.join('&')
   const urls = hosts.map(host => `${scheme}${userInfo === undefined ? '' : `${userInfo}@`}${host}${path}${kept === '' ? '' : `?${kept}`}`)
   const target = (asked as TargetSession | null) ?? 'any'
   return { urls, target: urls.length > 1 && target === 'any' ? 'read-write' : target }

@@ -2,11 +2,12 @@
 // and the session the service asks of them.
 import assert from 'node:assert/strict'
 import { test } from 'node:test'
+import { parse } from 'pg-connection-string'
 import { databaseHosts, hostOf } from '../../src/store/postgres-hosts.js'
 
-test('several hosts: one URL each, in order, the rest of the URL kept as written; read-write unless primary is asked for', () => {
+test('several hosts: one URL each, in order, the rest of the URL kept as written (sslmode read as libpq does); read-write unless primary is asked for', () => {
   assert.deepEqual(databaseHosts('postgres://u:p%40ss@h1:5432,h2:5433/db?sslmode=disable&options=-c%20search_path%3Ds'), {
-    urls: ['postgres://u:p%40ss@h1:5432/db?sslmode=disable&options=-c%20search_path%3Ds', 'postgres://u:p%40ss@h2:5433/db?sslmode=disable&options=-c%20search_path%3Ds'],
+    urls: ['postgres://u:p%40ss@h1:5432/db?sslmode=disable&options=-c%20search_path%3Ds&uselibpqcompat=true', 'postgres://u:p%40ss@h2:5433/db?sslmode=disable&options=-c%20search_path%3Ds&uselibpqcompat=true'],
     target: 'read-write'
   })
   assert.deepEqual(databaseHosts('postgresql://[::1]:5432,[2001:db8::7],db.example/x?target_session_attrs=primary'), {
@@ -23,6 +24,22 @@ test('one host is as before: the URL unchanged, any session', () => {
     assert.deepEqual(databaseHosts(url), { urls: [url], target: 'any' })
   }
   assert.deepEqual(databaseHosts('postgres://h/db?target_session_attrs=primary&x=1'), { urls: ['postgres://h/db?x=1'], target: 'primary' })
+})
+
+test('sslmode means what it means to libpq: require encrypts without checking the certificate, and node-postgres warns of nothing', () => {
+  const warnings: string[] = []
+  const listen = (warning: Error): void => { warnings.push(warning.message) }
+  process.on('warning', listen)
+  try {
+    const [url] = databaseHosts('postgres://u@h/db?sslmode=require').urls
+    assert.equal(url, 'postgres://u@h/db?sslmode=require&uselibpqcompat=true')
+    assert.equal((parse(url).ssl as { rejectUnauthorized?: boolean }).rejectUnauthorized, false)
+    assert.deepEqual(databaseHosts('postgres://u@a,b/db?sslmode=verify-full').urls, ['postgres://u@a/db?sslmode=verify-full&uselibpqcompat=true', 'postgres://u@b/db?sslmode=verify-full&uselibpqcompat=true'])
+    assert.equal(databaseHosts('postgres://u@h/db?sslmode=require&uselibpqcompat=false').urls[0], 'postgres://u@h/db?sslmode=require&uselibpqcompat=false', 'an explicit choice is kept')
+  } finally {
+    process.off('warning', listen)
+  }
+  assert.deepEqual(warnings, [])
 })
 
 test('what the service cannot take is refused with a sentence, never the password', () => {
