@@ -103,7 +103,8 @@ function integerKeywords (schema: unknown, fromText: boolean): unknown {
 
 interface KeywordContext { parentData: Record<string | number, unknown>, parentDataProperty: string | number }
 
-const DECIMAL = /^-?\d{1,20}$/
+/** Plain decimal, one way to write each number: no sign on 0, no leading zeros (so `/plants/01` is no second name for plant 1). */
+const DECIMAL = /^(0|-?[1-9]\d{0,18})$/
 
 function makeAjv (fromText: boolean): Ajv {
   // `verbose` puts the offending value in each complaint, so that a repeated query parameter

@@ -100,7 +100,7 @@ export function rule ({ keyword, message, params, schema }: ValidationIssue): st
     }
     case 'x-integer': {
       const { minimum, maximum } = schema as { minimum: string, maximum: string }
-      return `must be a whole number from ${minimum} to ${maximum}, in plain decimal digits`
+      return `must be a whole number from ${minimum} to ${maximum}, in plain decimal digits without leading zeros`
     }
     case 'type': return `must be ${ARTICLES[String(params.type)] ?? String(params.type)}`
     case 'minLength': return params.limit === 1 ? 'must not be empty' : `must be at least ${String(params.limit)} characters long`

@@ -188,6 +188,7 @@ for (const store of testStores()) {
           ['/plants?tags=shade', 'tags'], ['/plants?tag[]=shade', 'tag[]'], ['/plants?tag=shade&tag=sun', 'tag'],
           ['/plants?limit=1e2', 'limit'], ['/plants?limit=%20%201', 'limit'], ['/plants?limit=0x10', 'limit'], ['/plants?limit=', 'limit'],
           ['/plants?limit=1&limit=2', 'limit'], ['/plants?after=1.0', 'after'], ['/plants?after=+1', 'after'], ['/plants?after=9223372036854775808', 'after'],
+          ['/plants?limit=010', 'limit'], ['/plants?after=-0', 'after'], ['/plants?after=00', 'after'],
           ['/plants/1?verbose=1', 'verbose']
         ]
         for (const [path, name] of cases) {
@@ -198,6 +199,20 @@ for (const store of testStores()) {
         const post = await call(server, 'POST', '/plants?dryRun=true', { body: { id: 2, name: 'x' } })
         assert.ok(isErrorBody(post, 400) && post.body.message.includes('`dryRun`'), post.text)
         assert.equal((await call(server, 'GET', '/plants/2')).status, 404, 'the refused POST stored nothing')
+      })
+
+      await t.test('an id in a path is written one way: leading zeros and -0 are 400, not a second name for a plant', async () => {
+        assert.equal((await call(server, 'POST', '/plants', { body: { id: 5151, name: 'One' } })).status, 200)
+        for (const id of ['05151', '-0', '005151', '-05151', '009223372036854775807']) {
+          const answer = await call(server, 'GET', `/plants/${id}`)
+          assert.ok(isErrorBody(answer, 400), `${id}: ${answer.status} ${answer.text}`)
+          assert.match(answer.body.message, /without leading zeros/)
+        }
+        assert.equal((await call(server, 'GET', '/plants/0')).status, 404)
+        assert.equal((await call(server, 'GET', '/plants/-9223372036854775808')).status, 404)
+        assert.equal((await call(server, 'GET', '/plants/5151')).status, 200)
+        assert.equal((await call(server, 'DELETE', '/plants/05151')).status, 400)
+        assert.equal((await call(server, 'GET', '/plants/5151')).status, 200, 'the refused DELETE removed nothing')
       })
 
       await t.test('a query string with bad percent-encoding is 400, as a path is', async () => {
