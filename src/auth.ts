@@ -29,7 +29,9 @@ function tokenOf (request: FastifyRequest): string | undefined {
 function authorize (record: TokenRecord | undefined, scope: Scope): TokenRecord {
   if (record === undefined || record.revokedAt !== undefined) throw new ApiError('badToken')
   if (record.expiresAt !== undefined && record.expiresAt.getTime() <= Date.now()) throw new ApiError('badToken')
-  if (!record.scopes.includes(scope)) throw new ApiError('missingScope', `This token lacks the "${scope}" scope this operation needs.`)
+  if (!record.scopes.includes(scope)) {
+    throw new ApiError('missingScope', `This token lacks the "${scope}" scope this operation needs.`, { 'www-authenticate': `Bearer error="insufficient_scope", scope="${scope}"` })
+  }
   return record
 }
 

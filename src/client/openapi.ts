@@ -651,6 +651,8 @@ export interface components {
         /** @description The token lacks the scope this operation needs. */
         Forbidden: {
             headers: {
+                /** @description `Bearer error="insufficient_scope", scope="…"` naming the scope the operation needs (RFC 6750). */
+                "WWW-Authenticate"?: string;
                 [name: string]: unknown;
             };
             content: {
