@@ -44,7 +44,7 @@ function refuseNonDatabase (path: string): void {
     if (!stats.isFile()) throw new Error('it is not a regular file')
     const head = Buffer.alloc(SQLITE_HEADER.length)
     if (stats.size > 0 && (readSync(fd, head, 0, head.length, 0) < head.length || !head.equals(SQLITE_HEADER))) {
-      throw new Error('the file is not a SQLite database')
+      throw new Error('file is not a database') // SQLite's words for it
     }
   } finally {
     closeSync(fd)

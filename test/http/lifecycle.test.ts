@@ -212,7 +212,7 @@ test('a path that holds something other than a SQLite database fails at start wi
   chmodSync(text, 0o644)
   const fifo = join(dir, 'pipe')
   assert.equal(spawnSync('mkfifo', [fifo]).status, 0)
-  for (const [path, cause] of [[text, 'the file is not a SQLite database'], [fifo, 'it is not a regular file'], [dir, 'it is not a regular file']]) {
+  for (const [path, cause] of [[text, 'file is not a database'], [fifo, 'it is not a regular file'], [dir, 'it is not a regular file']]) {
     const before = statSync(path)
     const result = startFails({ PORT: '0', DATABASE_URL: path })
     assert.equal(result.status, 1)
