@@ -50,7 +50,9 @@ export function webhookWrites (db: Database.Database) {
   const sql = {
     head: db.prepare('SELECT head FROM change_log').pluck(),
     bounds: db.prepare(BOUNDS_SQL),
-    insert: db.prepare(`INSERT INTO webhooks (url, events, tag, secret, cursor, created_at) VALUES (?, ?, ?, ?, (SELECT head FROM change_log), ?) RETURNING ${SUBSCRIPTION_COLUMNS}`),
+    // The id is the next of those ever given (migration 005), never a deleted subscription's.
+    nextId: db.prepare('UPDATE webhook_ids SET last = last + 1 RETURNING last').pluck(),
+    insert: db.prepare(`INSERT INTO webhooks (id, url, events, tag, secret, cursor, created_at) VALUES (?, ?, ?, ?, ?, (SELECT head FROM change_log), ?) RETURNING ${SUBSCRIPTION_COLUMNS}`),
     retire: db.prepare("UPDATE webhooks SET disabled_at = coalesce(disabled_at, ?), disabled_reason = 'Being deleted.' WHERE id = ?"),
     removeDeliveries: db.prepare('DELETE FROM webhook_deliveries WHERE id IN (SELECT id FROM webhook_deliveries WHERE webhook_id = ? ORDER BY id LIMIT ?)'),
     remove: db.prepare('DELETE FROM webhooks WHERE id = ?'),
@@ -106,7 +108,7 @@ export function webhookWrites (db: Database.Database) {
   }
   return {
     webhookCreate: (subscription: NewSubscription, now: number): Subscription =>
-      rowToSubscription(sql.insert.get(subscription.url, subscription.events.join(' '), subscription.tag ?? null, subscription.secret, now) as SubscriptionRow),
+      rowToSubscription(sql.insert.get(sql.nextId.get(), subscription.url, subscription.events.join(' '), subscription.tag ?? null, subscription.secret, now) as SubscriptionRow),
     /** Disables the subscription and deletes up to `batch` of its deliveries; false when there is none. */
     webhookRetire: (id: number, now: number, batch: number): number | false =>
       sql.retire.run(now, id).changes === 1 && sql.removeDeliveries.run(id, batch).changes,

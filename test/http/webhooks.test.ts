@@ -74,6 +74,14 @@ for (const kind of testStores()) {
       assert.equal((await call(server, 'DELETE', `/webhooks/${id}`)).status, 204)
       assert.ok(isErrorBody(await call(server, 'GET', `/webhooks/${id}`), 404))
       assert.ok(isErrorBody(await call(server, 'DELETE', `/webhooks/${id}`), 404))
+
+      // The newest deleted, then one more made: a client still holding the deleted id must not reach the new one.
+      const newest = (await call(server, 'GET', '/webhooks')).body.at(-1).id as number
+      assert.equal((await call(server, 'DELETE', `/webhooks/${newest}`)).status, 204)
+      const next = await subscribe(server, { url: 'http://127.0.0.1:9/next' })
+      assert.ok(next.id > newest, `a new subscription takes a new id: ${next.id} after ${newest} was deleted`)
+      assert.ok(isErrorBody(await call(server, 'DELETE', `/webhooks/${newest}`), 404), 'a stale delete reaches nothing')
+      assert.equal((await call(server, 'GET', `/webhooks/${next.id}`)).status, 200)
     })
 
     test('deliveries: signed per Standard Webhooks, the exact plant record, event type and position; tampering and a wrong secret fail', async (t) => {
