@@ -2,7 +2,7 @@ import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from
 import { STATUS_CODES, type IncomingMessage, type ServerResponse } from 'node:http'
 import type { Socket } from 'node:net'
 import type { Logger } from 'pino'
-import { allowedMethods } from './contract.js'
+import { allowedMethods, BODY_LIMIT } from './contract.js'
 
 /** Every named failure, once: its status and the sentence the client reads. */
 export const failures = {
@@ -226,10 +226,18 @@ export function installErrorHandling (app: FastifyInstance, log: Logger, refused
 
   // Node answers an Expect other than 100-continue with an empty 417 unless someone listens.
   app.server.on('checkExpectation', (_request: IncomingMessage, response: ServerResponse) => {
-    const failure = failures.expectationFailed
     refused('expectationFailed')
-    const body = errorBody(failure.status, failure.message)
-    response.writeHead(failure.status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body), connection: 'close' }).end(body)
+    answerBeforeBody(response, failures.expectationFailed)
+  })
+  // Expect: 100-continue asks whether to send the body: one declared over the limit is refused
+  // now (RFC 9110 10.1.1), not after it was sent; any other goes on as it would without the header.
+  app.server.on('checkContinue', (request: IncomingMessage, response: ServerResponse) => {
+    if (Number(request.headers['content-length']) > BODY_LIMIT) {
+      refused('bodyTooLarge')
+      return answerBeforeBody(response, failures.bodyTooLarge)
+    }
+    response.writeContinue()
+    app.server.emit('request', request, response)
   })
 
   // Node hands a CONNECT request to a 'connect' listener and, without one, closes the connection unanswered.
@@ -277,6 +285,12 @@ export function clientErrorHandler (refused: ReportRefusal): (error: NodeJS.Errn
 }
 
 /** Writes `failure` as a whole HTTP answer with the Error body straight to `socket`, and closes it: for answers outside Fastify. */
+/** Answers a request whose body was not read, and closes its connection: what may follow the head is not a request. */
+function answerBeforeBody (response: ServerResponse, failure: { status: number, message: string }): void {
+  const body = errorBody(failure.status, failure.message)
+  response.writeHead(failure.status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body), connection: 'close' }).end(body)
+}
+
 function answerOnSocket (socket: Socket, failure: { status: number, message: string }): void {
   const body = errorBody(failure.status, failure.message)
   socket.end(`HTTP/1.1 ${failure.status} ${STATUS_CODES[failure.status] ?? ''}\r\n` +

@@ -19,6 +19,7 @@ for (const store of testStores()) {
         ['bad percent-encoding', `GET /plants/%zz HTTP/1.1\r\nHost: x\r\n${auth}\r\n`, 400, 'badPath'],
         ['no Host', `GET /plants/1 HTTP/1.1\r\n${auth}\r\n`, 400, 'missingHost'],
         ['an Expect other than 100-continue', `POST /plants HTTP/1.1\r\nHost: x\r\nExpect: 200-ok\r\n${auth}Content-Type: application/json\r\nContent-Length: 21\r\n\r\n`, 417, 'expectationFailed'],
+        ['100-continue for a body over the limit: 413 at once, no 100', `POST /plants HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n${auth}Content-Type: application/json\r\nContent-Length: 65537\r\n\r\n`, 413, 'bodyTooLarge'],
         ['headers over the limit', `GET /plants HTTP/1.1\r\nHost: x\r\nX-Big: ${'b'.repeat(20_000)}\r\n\r\n`, 431, 'headersTooLarge'],
         ['malformed HTTP', 'NOT HTTP AT ALL\r\n\r\n', 400, 'badRequest'],
         ['CONNECT (not a proxy)', 'CONNECT 127.0.0.1:443 HTTP/1.1\r\nHost: 127.0.0.1:443\r\n\r\n', 400, 'connectNotServed']
@@ -31,6 +32,10 @@ for (const store of testStores()) {
         assert.equal(logged[0].status, status)
       }
       assert.doesNotMatch(server.stdout(), /pst_|Bearer|bbbbbbbb|200-ok/, 'no token and no header value in the log')
+      const body = '{"id": 100, "name": "Continued"}'
+      const continued = await rawExchange(server, `POST /plants HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n${auth}Content-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`, { waitMs: 1000 })
+      assert.match(continued.text, /^HTTP\/1\.1 100 Continue\r\n\r\nHTTP\/1\.1 200 OK\r\n/, 'a body within the limit: 100, then the answer')
+      assert.equal((await call(server, 'GET', '/plants/100')).body.name, 'Continued')
       assert.equal((await call(server, 'GET', '/healthz', { token: null })).status, 200)
     })
 
