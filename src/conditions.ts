@@ -10,9 +10,10 @@ export function etagOf (version: bigint): string {
 
 /**
  * One element of an entity-tag list (RFC 9110 8.8.3, 5.6.1) and the comma after it: optionally
- * `W/` and a quoted opaque tag (which may hold a comma), or nothing (an empty element).
+ * `W/` and a quoted opaque tag (which may hold a comma), or nothing (an empty element). One run
+ * of whitespace can be matched one way only: the expression never backtracks over it.
  */
-const LIST_ELEMENT = /[ \t]*(?:(W\/)?"([\x21\x23-\x7e\x80-\xff]*)")?[ \t]*(?:,|$)/y
+const LIST_ELEMENT = /[ \t]*(?:(W\/)?"([\x21\x23-\x7e\x80-\xff]*)"[ \t]*)?(?:,|$)/y
 const VERSION = /^[1-9]\d{0,18}$/
 
 /** The entity-tags of a list, or undefined when it is not one. */

@@ -22,3 +22,12 @@ test('a header that is not a list of entity-tags is refused, never read as none'
     assert.throws(() => read(header), (error: unknown) => error instanceof ApiError && error.status === 400, JSON.stringify(header))
   }
 })
+
+test('a long header is read in linear time: 16 KiB (all the headers Node takes) before a bad character is refused at once', () => {
+  for (const header of [`"1",${' '.repeat(16_384)}x`, `${' \t'.repeat(8192)}"1" x`, `"1"${', '.repeat(8192)}"`]) {
+    const start = performance.now()
+    assert.throws(() => read(header), ApiError)
+    const ms = performance.now() - start
+    assert.ok(ms < 100, `${ms.toFixed(1)} ms for ${header.length} characters`)
+  }
+})
