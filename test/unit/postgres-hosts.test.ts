@@ -26,9 +26,10 @@ test('one host is as before: the URL unchanged, any session', () => {
   assert.deepEqual(databaseHosts('postgres://h/db?target_session_attrs=primary&x=1'), { urls: ['postgres://h/db?x=1'], target: 'primary' })
 })
 
-test('sslmode means what it means to libpq: require encrypts without checking the certificate, and node-postgres warns of nothing', () => {
+test('sslmode means what it means to libpq: require encrypts without checking the certificate, and node-postgres warns of nothing', async () => {
   const warnings: string[] = []
   const listen = (warning: Error): void => { warnings.push(warning.message) }
+  const delivered = async (): Promise<void> => await new Promise(resolve => setImmediate(resolve)) // warnings arrive on a later tick
   process.on('warning', listen)
   try {
     const [url] = databaseHosts('postgres://u@h/db?sslmode=require').urls
@@ -36,10 +37,16 @@ test('sslmode means what it means to libpq: require encrypts without checking th
     assert.equal((parse(url).ssl as { rejectUnauthorized?: boolean }).rejectUnauthorized, false)
     assert.deepEqual(databaseHosts('postgres://u@a,b/db?sslmode=verify-full').urls, ['postgres://u@a/db?sslmode=verify-full&uselibpqcompat=true', 'postgres://u@b/db?sslmode=verify-full&uselibpqcompat=true'])
     assert.equal(databaseHosts('postgres://u@h/db?sslmode=require&uselibpqcompat=false').urls[0], 'postgres://u@h/db?sslmode=require&uselibpqcompat=false', 'an explicit choice is kept')
+    await delivered()
+    assert.deepEqual(warnings, [])
+    // The control: the URL as written, without the parameter, is the one node-postgres warns of (once a process).
+    assert.equal((parse('postgres://u@h/db?sslmode=require').ssl as { rejectUnauthorized?: boolean }).rejectUnauthorized, undefined, 'verify-full: the certificate checked')
+    await delivered()
+    assert.equal(warnings.length, 1)
+    assert.match(warnings[0], /SECURITY WARNING/)
   } finally {
     process.off('warning', listen)
   }
-  assert.deepEqual(warnings, [])
 })
 
 test('what the service cannot take is refused with a sentence, never the password', () => {
