@@ -57,6 +57,9 @@ export const changes: FastifyPluginAsync<{ store: Store, feed: Feed, stillAllowe
     config: { scope: 'plants:read' },
     handler: async (request, reply) => {
       const { limit, tag, wait } = request.query
+      // JSON or the stream, by Accept: caches must keep the two apart (CORS may have named Origin already).
+      const vary = reply.getHeader('vary')
+      reply.header('vary', vary === undefined ? 'Accept' : `${String(vary)}, Accept`)
       if (request.method === 'GET' && wantsStream(request.headers.accept)) {
         const after = eventIdOf(request.headers['last-event-id'] as string | undefined) ?? request.query.after
         const first = await pageAfter(store, { after, limit: 100, tag })

@@ -224,12 +224,14 @@ test('Accept decides between the stream and JSON by its q-values (RFC 9110 12.5.
     const answer = await call(server, 'GET', '/plants/changes', { headers: { accept } })
     assert.equal(answer.status, 200, accept)
     assert.match(answer.headers.get('content-type') ?? '', /^application\/json/, accept)
+    assert.equal(answer.headers.get('vary'), 'Accept', 'caches keep JSON and the stream apart')
     assert.equal(answer.body.length, 1, accept)
   }
   for (const accept of ['text/event-stream', 'text/event-stream, application/json', 'application/json;q=0.5, Text/Event-Stream', 'text/event-stream;q=0.8, application/*;q=0.7']) {
     const stream = await openStream(`${server.url}/plants/changes`, server.token, { accept })
     t.after(stream.close)
     assert.equal(stream.headers['content-type'], 'text/event-stream; charset=utf-8', accept)
+    assert.equal(stream.headers.vary, 'Accept')
     stream.close()
   }
 })
