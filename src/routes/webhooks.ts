@@ -109,9 +109,13 @@ export const webhooks: FastifyPluginAsync<WebhookRouteOptions> = async (app, { w
     config,
     handler: async (request, reply) => {
       const id = Number(request.params.webhookId)
-      // A disabled subscription is sent nothing: "attempted now" would not be true.
-      if (found(await webhooks.get(id)).disabled !== undefined) throw new ApiError('webhookDisabled')
-      const delivery = await webhooks.retry(id, Number(request.params.deliveryId), new Date())
+      const deliveryId = Number(request.params.deliveryId)
+      // A disabled subscription is sent nothing: "attempted now" would not be true. (A delivery it lacks is still a 404.)
+      if (found(await webhooks.get(id)).disabled !== undefined) {
+        const [delivery] = await webhooks.deliveries(id, { after: deliveryId - 1, limit: 1 })
+        throw new ApiError(delivery?.id === deliveryId ? 'webhookDisabled' : 'deliveryNotFound')
+      }
+      const delivery = await webhooks.retry(id, deliveryId, new Date())
       if (delivery === undefined) throw new ApiError(await webhooks.get(id) === undefined ? 'webhookNotFound' : 'deliveryNotFound')
       poke()
       return reply.code(202).send(delivery)

@@ -201,6 +201,7 @@ for (const kind of testStores()) {
       assert.ok(isErrorBody(refused, 409), `a retry while disabled would send nothing: ${refused.status} ${refused.text}`)
       assert.match(refused.body.message, /enable it/)
       assert.equal((await call(server, 'GET', `/webhooks/${id}/deliveries`)).body[0].status, 'failed', 'the refused retry changed nothing')
+      assert.ok(isErrorBody(await call(server, 'POST', `/webhooks/${id}/deliveries/${failed.id + 1000}/retry`), 404), 'a delivery it lacks: 404, disabled or not')
       receiver.answer = (_request, response) => { response.writeHead(204).end() }
       const enabled = await call(server, 'POST', `/webhooks/${id}/enable`)
       assert.equal(enabled.status, 200, enabled.text)
