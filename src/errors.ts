@@ -284,13 +284,13 @@ export function clientErrorHandler (refused: ReportRefusal): (error: NodeJS.Errn
   }
 }
 
-/** Writes `failure` as a whole HTTP answer with the Error body straight to `socket`, and closes it: for answers outside Fastify. */
 /** Answers a request whose body was not read, and closes its connection: what may follow the head is not a request. */
 function answerBeforeBody (response: ServerResponse, failure: { status: number, message: string }): void {
   const body = errorBody(failure.status, failure.message)
   response.writeHead(failure.status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body), connection: 'close' }).end(body)
 }
 
+/** Writes `failure` as a whole HTTP answer with the Error body straight to `socket`, and closes it: for answers outside Fastify. */
 function answerOnSocket (socket: Socket, failure: { status: number, message: string }): void {
   const body = errorBody(failure.status, failure.message)
   socket.end(`HTTP/1.1 ${failure.status} ${STATUS_CODES[failure.status] ?? ''}\r\n` +
