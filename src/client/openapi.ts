@@ -511,7 +511,7 @@ export interface components {
         WebhookEvent: "plant.created" | "plant.updated" | "plant.deleted";
         /**
          * Format: int64
-         * @description A subscription's id, in plain decimal; never given again once its subscription is deleted.
+         * @description A subscription's id, in plain decimal; never given again once its subscription is deleted (but for a subscription deleted on SQLite before the version that brought this rule, whose id was not kept).
          */
         WebhookId: bigint;
         /**
