@@ -17,7 +17,7 @@ const canMount = process.getuid?.() === 0 ? false : 'mounting a small tmpfs need
 test('a full disk answers writes 503 with Retry-After, never 500; reads go on, and nothing answered 200 is lost', { skip: canMount }, async (t) => {
   const parent = mkdtempSync(join(tmpdir(), 'plantstore-disk-'))
   const disk = join(parent, 'disk')
-  if (!mountSmallDisk(disk, '200k')) return t.skip('mount was refused here')
+  if (!mountSmallDisk(disk, '300k')) return t.skip('mount was refused here')
   const server = await startServer(t, { dir: disk })
   // Hooks run in the order they were added: the server is killed first, then the disk goes.
   t.after(() => {
@@ -26,7 +26,7 @@ test('a full disk answers writes 503 with Retry-After, never 500; reads go on, a
   })
   const stored: number[] = []
   let full: Awaited<ReturnType<typeof call>> | undefined
-  for (let id = 1; id <= 400 && full === undefined; id++) {
+  for (let id = 1; id <= 1000 && full === undefined; id++) {
     const answer = await call(server, 'POST', '/plants', { body: { id, name: 'n'.repeat(200), tag: 't'.repeat(100) } })
     if (answer.status === 200) stored.push(id)
     else full = answer
