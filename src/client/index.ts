@@ -190,7 +190,10 @@ async function pause (ms: number, signal: AbortSignal | undefined): Promise<void
 
 /**
  * A client of the plant store. Ids go in and come out as bigints, exactly, across the whole int64
- * range; answers are read with the server's own JSON reader. Every failure throws a PlantstoreError.
+ * range; answers are read with the server's own JSON reader. Every answer that is not a success
+ * throws a PlantstoreError; a server that cannot be reached, or a connection cut mid-answer, throws
+ * what fetch throws (a TypeError), and so may a success whose JSON is not the operation's shape
+ * (something between client and server answering for it).
  */
 export function createClient ({ baseUrl, token, fetch: fetchFunction = globalThis.fetch }: ClientOptions) {
   const base = baseUrl.replace(/\/+$/, '')
