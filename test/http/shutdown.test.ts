@@ -25,6 +25,23 @@ for (const store of testStores()) {
       assert.equal((await call(again, 'GET', '/plants/2')).status, 404)
     })
 
+    test('SIGTERM during a request: it is answered, and the process exits as soon as it has been, not at the deadline', async (t) => {
+      const server = await startServer(t, { store, env: { REQUEST_TIMEOUT: '60', SHUTDOWN_TIMEOUT: '10' } })
+      const body = '{"id": 3, "name": "Finished late"}'
+      const head = `POST /plants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${server.token}\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n`
+      // The body's first half, then SIGTERM, then the rest: a keep-alive connection with its answer sent.
+      const answered = rawExchange(server, [head + body.slice(0, 10), body.slice(10)], { gapMs: 700, waitMs: 12_000 })
+      await new Promise(resolve => setTimeout(resolve, 300))
+      const signalled = Date.now()
+      server.process.kill('SIGTERM')
+      assert.equal(await server.exited, 0)
+      const took = Date.now() - signalled
+      assert.match((await answered).text, /^HTTP\/1\.1 200 /, 'the request in flight was answered')
+      assert.ok(took < 3000, `exited ${took} ms after SIGTERM (SHUTDOWN_TIMEOUT 10 s)`)
+      const again = await startServer(t, { databaseUrl: server.databaseUrl, token: server.token })
+      assert.equal((await call(again, 'GET', '/plants/3')).body.name, 'Finished late')
+    })
+
     test('a second signal during the shutdown does not kill the server: it still commits and exits 0', async (t) => {
       const server = await startServer(t, { store, env: { REQUEST_TIMEOUT: '60', SHUTDOWN_TIMEOUT: '2' } })
       assert.equal((await call(server, 'POST', '/plants', { body: { id: 1, name: 'Kept' } })).status, 200)
