@@ -112,9 +112,14 @@ if (PG_URL === undefined) {
     assert.equal([...server.stderr().matchAll(new RegExp(BANNER_TOKEN, 'gm'))].length, 1, server.stderr())
     for (const line of server.stdout().split('\n').filter(text => text !== '')) assert.doesNotThrow(() => JSON.parse(line), line)
 
-    // Whichever worker takes a scrape, it answers for both: the 40 requests, every time.
+    for (const id of [1, 2, 3]) assert.equal((await call(server, 'POST', '/plants', { body: { id, name: `Plant ${id}` } })).status, 200)
+
+    // Whichever worker takes a scrape, it answers for both: the 40 requests, every time; what each
+    // reads from the store they share (the log's head) is one reading, not the workers' sum.
     for (let scrape = 0; scrape < 6; scrape++) {
       const samples = parseMetrics(await metricsOnNewConnection(server))
+      assert.equal(sampleValue(samples, 'plantstore_changes_position', { end: 'head' }), 3, `scrape ${scrape}`)
+      assert.equal(sampleValue(samples, 'plantstore_webhooks_disabled'), 0, `scrape ${scrape}`)
       assert.equal(sampleValue(samples, 'plantstore_http_requests_total', { method: 'GET', route: '/plants', status: '200' }), 40, `scrape ${scrape}`)
       assert.equal(sampleValue(samples, 'plantstore_http_request_duration_seconds_bucket', { method: 'GET', route: '/plants', status: '200', le: '+Inf' }), 40, `scrape ${scrape}`)
     }
