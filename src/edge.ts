@@ -48,7 +48,8 @@ function decodable (text: string): boolean {
  */
 export function edgeRefusal (request: FastifyRequest, log: Logger): ApiError | undefined {
   if (request.headers.host === undefined && request.raw.httpVersion === '1.1') {
-    log.warn({ reqId: request.id, status: 400, reason: 'missingHost' }, 'request refused before routing')
+    // Routed (its route's series and request line have it too), but worth a warn line, as a malformed request is.
+    log.warn({ reqId: request.id, status: 400, reason: 'missingHost' }, 'request refused: no Host header')
     return new ApiError('missingHost')
   }
   const query = request.url.indexOf('?')

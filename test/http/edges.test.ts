@@ -32,6 +32,8 @@ for (const store of testStores()) {
         assert.equal(logged[0].status, status)
       }
       assert.doesNotMatch(server.stdout(), /pst_|Bearer|bbbbbbbb|200-ok/, 'no token and no header value in the log')
+      const noHost = (await refusals(server)).find(line => line.reason === 'missingHost')
+      assert.equal(noHost?.msg, 'request refused: no Host header', 'routed, so not "before routing"')
       const body = '{"id": 100, "name": "Continued"}'
       const continued = await rawExchange(server, `POST /plants HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n${auth}Content-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`, { waitMs: 1000 })
       assert.match(continued.text, /^HTTP\/1\.1 100 Continue\r\n\r\nHTTP\/1\.1 200 OK\r\n/, 'a body within the limit: 100, then the answer')
