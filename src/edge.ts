@@ -24,7 +24,7 @@ function repeatedHeader (request: FastifyRequest): string | undefined {
  * The longest path (the request target before any query) answered: far above any of the API's,
  * below the request line that Node refuses as headers too large (16 KiB). A longer one is 414.
  */
-export const MAX_PATH = 2048
+const MAX_PATH = 2048
 
 /** True when every percent-escape in `text` is a byte of valid UTF-8. */
 function decodable (text: string): boolean {
@@ -39,11 +39,11 @@ function decodable (text: string): boolean {
 
 /**
  * The refusal of a request whose head fails the checks that come before everything else, auth
- * included, or undefined when it passes: HTTP/1.1
- * requires Host; a path longer than MAX_PATH is 414, whether or not it names a route; a
- * transfer coding other than chunked is 501 (RFC 9112 6.1); a second Authorization, Host or Content-Type header is ambiguous (which token,
- * which host, which parser?), so it is refused rather than settled by taking the first. A DELETE
- * has its content type ignored, so `DELETE` with a stray `Content-Type: application/json` and an
+ * included, or undefined when it passes: HTTP/1.1 requires Host; a path longer than MAX_PATH is
+ * 414, whether or not it names a route; a transfer coding other than chunked is 501 (RFC 9112
+ * 6.1); a second Authorization, Host or Content-Type header is ambiguous (which token, which
+ * host, which parser?), so it is refused rather than settled by taking the first. A DELETE has
+ * its content type ignored, so `DELETE` with a stray `Content-Type: application/json` and an
  * empty body, even a chunked one, is an ordinary DELETE.
  */
 export function edgeRefusal (request: FastifyRequest, log: Logger): ApiError | undefined {
