@@ -27,6 +27,9 @@ function processRegistry (): Registry {
   return processMetrics
 }
 
+/** A gauge read from the store, which every worker shares: under WORKERS, one reading, not their sum. */
+const READ_FROM_THE_STORE = { aggregator: 'max' } as const
+
 /**
  * The service's metrics on a registry of its own (not prom-client's global one), with the
  * process metrics prom-client collects (`process_*`, `nodejs_*`, under their usual names).
@@ -134,8 +137,7 @@ export function createMetrics () {
       help: 'The change log\'s head (the last position written, by any instance) and the oldest position it keeps (older ones answer 410), read from the store when scraped.',
       labelNames: ['end'],
       registers,
-      // Read from the store, which every worker shares: under WORKERS, one reading, not their sum.
-      aggregator: 'max',
+      ...READ_FROM_THE_STORE,
       async collect () {
         const bounds = await state.changes.bounds?.().catch(() => undefined) // unreadable now: the last values stay
         if (bounds === undefined) return
@@ -173,8 +175,7 @@ export function createMetrics () {
       name: 'plantstore_webhook_deliveries_due',
       help: 'Webhook deliveries due now and not yet attempted (the backlog), of enabled subscriptions, read from the store when scraped.',
       registers,
-      // Read from the store, which every worker shares: under WORKERS, one reading, not their sum.
-      aggregator: 'max',
+      ...READ_FROM_THE_STORE,
       async collect () {
         const backlog = await state.webhooks.backlog?.().catch(() => undefined)
         if (backlog !== undefined) this.set(backlog.due)
@@ -184,8 +185,7 @@ export function createMetrics () {
       name: 'plantstore_webhooks_disabled',
       help: 'Webhook subscriptions disabled (a 410 from the receiver, or five days of failures), read from the store when scraped.',
       registers,
-      // Read from the store, which every worker shares: under WORKERS, one reading, not their sum.
-      aggregator: 'max',
+      ...READ_FROM_THE_STORE,
       async collect () {
         const backlog = await state.webhooks.backlog?.().catch(() => undefined)
         if (backlog !== undefined) this.set(backlog.disabled)

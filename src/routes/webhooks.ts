@@ -116,7 +116,7 @@ export const webhooks: FastifyPluginAsync<WebhookRouteOptions> = async (app, { w
         throw new ApiError(delivery?.id === deliveryId ? 'webhookDisabled' : 'deliveryNotFound')
       }
       const delivery = await webhooks.retry(id, deliveryId, new Date())
-      if (delivery === undefined) throw new ApiError(await webhooks.get(id) === undefined ? 'webhookNotFound' : 'deliveryNotFound')
+      if (delivery === undefined) throw new ApiError('deliveryNotFound') // the subscription was found above
       poke()
       return reply.code(202).send(delivery)
     }
