@@ -24,18 +24,26 @@ function usageError (command: string, error: Error & { code?: string }): ConfigE
 
 /**
  * Parses the arguments of `command` (such as `tokens create`) strictly: every command knows
- * `--help` (or `-h`); anything unknown is a ConfigError of one line. Returns undefined when help
+ * `--help` (or `-h`); anything unknown, or a flag given twice that takes one value, is a
+ * ConfigError of one line. Returns undefined when help
  * was asked for.
  */
 export function parseCommand (command: string, args: string[], options: Options, positionals = 0): Parsed | undefined {
   let parsed
   try {
-    parsed = parseArgs({ args, options: { ...options, help: { type: 'boolean', short: 'h' } }, allowPositionals: positionals > 0, strict: true })
+    parsed = parseArgs({ args, options: { ...options, help: { type: 'boolean', short: 'h' } }, allowPositionals: positionals > 0, strict: true, tokens: true })
   } catch (error) {
     if ((error as { code?: string }).code?.startsWith('ERR_PARSE_ARGS') === true) throw usageError(command, error as Error)
     throw error
   }
   if (parsed.values.help === true) return undefined
+  // parseArgs keeps the last of a flag given twice: `--name a --name b` would quietly be b.
+  const seen = new Set<string>()
+  for (const token of parsed.tokens) {
+    if (token.kind !== 'option' || options[token.name]?.multiple === true) continue
+    if (seen.has(token.name)) throw new ConfigError(`${command}: option ${quoted(token.rawName)} given twice; see plantstore ${command} --help.`)
+    seen.add(token.name)
+  }
   if (parsed.positionals.length > positionals) throw new ConfigError(`${command}: unexpected argument ${quoted(parsed.positionals[positionals])}; see plantstore ${command} --help.`)
   return { values: parsed.values as Parsed['values'], positionals: parsed.positionals }
 }

@@ -41,7 +41,7 @@ test('commands other than serve start without the HTTP stack: neither Fastify no
   }
 })
 
-test('an unknown flag is one line on stderr, naming it, and exit 1', (t) => {
+test('an unknown flag, or one given twice, is one line on stderr, naming it, and exit 1', (t) => {
   const dir = tempDir(t)
   for (const command of [[], ...COMMANDS.filter(c => c.join() !== 'tokens')]) {
     const result = cli(dir, [...command, '--bogus'])
@@ -50,6 +50,15 @@ test('an unknown flag is one line on stderr, naming it, and exit 1', (t) => {
     assert.equal(result.stdout, '', name)
     assert.match(result.stderr, /^plantstore: .*unknown option "--bogus"; see plantstore .*--help\.\n$/, name)
   }
+  // A flag that takes one value, given twice, is not quietly the last one; --scope takes several.
+  for (const args of [['tokens', 'create', '--name', 'a', '--name', 'b'], ['tokens', 'create', '--name=a', '--name', 'b'], ['import', '--replace', '--replace'], ['export', '--database-url', join(dir, 'a.db'), '--database-url', join(dir, 'b.db')]]) {
+    const result = cli(dir, args)
+    assert.equal(result.status, 1, args.join(' '))
+    assert.match(result.stderr, /^plantstore: .*option "--(name|replace|database-url)" given twice; see plantstore .*--help\.\n$/, args.join(' '))
+  }
+  assert.throws(() => readFileSync(join(dir, 'plantstore.db')), /ENOENT/, 'nothing was made')
+  const scopes = cli(dir, ['tokens', 'create', '--name', 'two', '--scope', 'plants:read', '--scope', 'plants:write'])
+  assert.equal(scopes.status, 0, scopes.stderr)
   const unknown = cli(dir, ['tokens', 'frobnicate'])
   assert.equal(unknown.status, 1)
   assert.match(unknown.stderr, /^plantstore: Unknown tokens command "frobnicate"; .*\n$/)
