@@ -187,10 +187,11 @@ function onceASecond (log: Logger): (reqId: string, cause: string) => void {
 
 /**
  * Counts a request refused before routing, by its status and reason, and its connection when Node
- * refused it: for the metrics. False when that connection's request had been routed (its body too
- * slow or malformed): its route's record has it, and it is no refusal before routing.
+ * refused it: for the metrics. When that connection's request had been routed (its body too slow
+ * or malformed), its route's record has it and it is no refusal before routing: then the answer
+ * is that request's id.
  */
-export type CountRefusal = (status: number, reason: FailureName, socket?: Socket) => boolean
+export type CountRefusal = (status: number, reason: FailureName, socket?: Socket) => { reqId: string } | undefined
 
 /** Reports a request that Node or Fastify refused, by the failure it was answered with. */
 export type ReportRefusal = (reason: FailureName, fields?: { reqId?: string, code?: string }, socket?: Socket) => void
@@ -203,8 +204,9 @@ export type ReportRefusal = (reason: FailureName, fields?: { reqId?: string, cod
 export function refusalReport (log: Logger, count: CountRefusal): ReportRefusal {
   return (reason, fields = {}, socket) => {
     const { status } = failures[reason]
-    const beforeRouting = count(status, reason, socket)
-    log.warn({ ...fields, status, reason }, beforeRouting ? 'request refused before routing' : 'request refused as its body arrived')
+    const routed = count(status, reason, socket)
+    if (routed === undefined) log.warn({ ...fields, status, reason }, 'request refused before routing')
+    else log.warn({ ...routed, ...fields, status, reason }, 'request refused as its body arrived')
   }
 }
 

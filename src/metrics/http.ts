@@ -10,25 +10,25 @@ const UNMATCHED = 'unmatched'
 /** The status label of a request whose client closed the connection before the answer was written (nginx's convention). */
 const CLIENT_CLOSED = 499
 
-/** On a connection, its request routed and not yet answered: the status Node answered it with, if it did (a 408 for a body too slow). */
+/** On a connection, its request routed and not yet answered: its id, and the status Node answered it with, if it did (a 408 for a body too slow). */
 const ROUTED = Symbol('plantstore.routed')
-interface Routed { answeredBeforeRoute?: number }
+interface Routed { reqId: string, answeredBeforeRoute?: number }
 type Connection = Socket & { [ROUTED]?: Routed }
 
 /**
  * Counts a refusal of Node's or Fastify's under plantstore_http_refused_before_routing_total,
  * unless the connection's request had been routed (its body too slow or malformed): then its
- * route's series shows the status it was answered with, not 499, and the answer is false.
+ * route's series shows the status it was answered with, not 499, and the answer is its id.
  */
 export function refusalCounter (metrics: Metrics): CountRefusal {
   return (status, reason, socket) => {
     const routed = (socket as Connection | undefined)?.[ROUTED]
     if (routed !== undefined) {
       routed.answeredBeforeRoute = status
-      return false
+      return { reqId: routed.reqId }
     }
     metrics.refusedBeforeRouting.inc({ status: String(status), reason })
-    return true
+    return undefined
   }
 }
 
@@ -74,7 +74,7 @@ export function requestRecorder (metrics: Metrics, log: Logger): (request: Fasti
     if (!counted && !logging) return
     const start = performance.now()
     const connection: Connection = request.raw.socket
-    const routed: Routed = {}
+    const routed: Routed = { reqId: request.id }
     if (counted) {
       state.requestsInFlight++
       connection[ROUTED] = routed

@@ -207,9 +207,11 @@ test('too slow to arrive: a routed request (its body late) counts under its rout
   assert.equal(sampleValue(samples, 'plantstore_http_refused_before_routing_total', { status: '408', reason: 'requestTimeout' }), 1)
   assert.equal(sampleValue(samples, 'plantstore_http_requests_in_flight'), 0)
   // The log tells the two apart: the routed one as its body arrived (and its request line), the other before routing.
-  const lines = server.stdout().trim().split('\n').map(line => JSON.parse(line) as { msg: string, status?: number, route?: string, reason?: string })
-  const refused = (msg: string): unknown[] => lines.filter(line => line.msg === msg).map(line => [line.status, line.reason])
-  assert.deepEqual(refused('request refused before routing'), [[408, 'requestTimeout']])
-  assert.deepEqual(refused('request refused as its body arrived'), [[408, 'requestTimeout']])
-  assert.deepEqual(lines.filter(line => line.msg === 'request' && line.status === 408).map(line => line.route), ['/plants'])
+  const lines = server.stdout().trim().split('\n').map(line => JSON.parse(line) as { msg: string, status?: number, route?: string, reason?: string, reqId?: string })
+  const refused = (msg: string): unknown[] => lines.filter(line => line.msg === msg).map(line => [line.status, line.reason, line.reqId !== undefined])
+  assert.deepEqual(refused('request refused before routing'), [[408, 'requestTimeout', false]])
+  assert.deepEqual(refused('request refused as its body arrived'), [[408, 'requestTimeout', true]])
+  // The two lines of the routed request share its id.
+  const routed = lines.find(line => line.msg === 'request refused as its body arrived')
+  assert.deepEqual(lines.filter(line => line.msg === 'request' && line.status === 408).map(line => [line.route, line.reqId]), [['/plants', routed?.reqId]])
 })
