@@ -62,9 +62,9 @@ function requestIds (): () => string {
   return () => `${tag}-${(++count).toString(36)}`
 }
 
-/** A HEAD answer's last onSend: a 304 carries no Content-Length. */
-const withoutLengthIfNotModified: onSendHookHandler = (_request, reply, payload, done) => {
-  if (reply.statusCode === 304) reply.removeHeader('content-length')
+/** A HEAD answer's last onSend: a 304, and the head of an event stream, carry no Content-Length (neither has a body of that length). */
+const withoutMisstatedLength: onSendHookHandler = (_request, reply, payload, done) => {
+  if (reply.statusCode === 304 || String(reply.getHeader('content-type')).startsWith('text/event-stream')) reply.removeHeader('content-length')
   done(null, payload)
 }
 
@@ -149,9 +149,9 @@ export async function buildApp ({ config, store: bareStore, log = pino({ level: 
   })
   app.addHook('onError', shedCounter(metrics))
   // Fastify's HEAD routes send `Content-Length: 0` with any answer that has no body; a 304's must
-  // not misstate the length of the 200 it stands for (RFC 9110 8.6), so there it goes.
+  // not misstate the length of the 200 it stands for (RFC 9110 8.6), nor a stream's (it has none).
   app.addHook('onRoute', (route) => {
-    if (route.method === 'HEAD') route.onSend = [...[route.onSend ?? []].flat(), withoutLengthIfNotModified]
+    if (route.method === 'HEAD') route.onSend = [...[route.onSend ?? []].flat(), withoutMisstatedLength]
   })
   // Counted for the whole service where the store is shared by instances; RATE_LIMIT_PER_MINUTE=0 turns it off.
   const limiter = config.rateLimitPerMinute === 0 ? undefined : new RateLimiter({ perMinute: config.rateLimitPerMinute, shared: store.rateWindows, log })

@@ -49,16 +49,19 @@ export interface StreamOptions {
  * Reads a page at a time and writes it only while the socket takes it: a reader that stops
  * reading costs one page and the socket's buffer, then is closed.
  */
+/** The head of every stream (and of a HEAD that asks for one). */
+export const STREAM_HEADERS = {
+  'content-type': 'text/event-stream; charset=utf-8',
+  'cache-control': 'no-store',
+  'x-accel-buffering': 'no' // nginx would otherwise hold the events back in its buffer
+}
+
 export async function streamChanges ({ request, reply, store, feed, stillAllowed, log, tag, first, serialize }: StreamOptions): Promise<void> {
   reply.hijack()
   const res = reply.raw
   // The headers set so far (CORS's) go out with the stream's own.
   for (const [name, value] of Object.entries(reply.getHeaders())) if (value !== undefined) res.setHeader(name, value)
-  res.writeHead(200, {
-    'content-type': 'text/event-stream; charset=utf-8',
-    'cache-control': 'no-store',
-    'x-accel-buffering': 'no' // nginx would otherwise hold the events back in its buffer
-  })
+  res.writeHead(200, STREAM_HEADERS)
   let left = false
   const gone = new Promise<void>(resolve => res.once('close', () => { left = true; resolve() }))
   const started = performance.now()

@@ -2,7 +2,7 @@ import type { FastifyPluginAsync } from 'fastify'
 import type { Logger } from 'pino'
 import type { StillAllowed } from '../auth.js'
 import type { Feed } from '../changes/feed.js'
-import { changeOf, streamChanges } from '../changes/stream.js'
+import { changeOf, STREAM_HEADERS, streamChanges } from '../changes/stream.js'
 import { allowedMethods, route } from '../contract.js'
 import { ApiError } from '../errors.js'
 import type { ChangesPage, Store } from '../store/store.js'
@@ -60,9 +60,11 @@ export const changes: FastifyPluginAsync<{ store: Store, feed: Feed, stillAllowe
       // JSON or the stream, by Accept: caches must keep the two apart (CORS may have named Origin already).
       const vary = reply.getHeader('vary')
       reply.header('vary', vary === undefined ? 'Accept' : `${String(vary)}, Accept`)
-      if (request.method === 'GET' && wantsStream(request.headers.accept)) {
+      if (wantsStream(request.headers.accept)) {
         const after = eventIdOf(request.headers['last-event-id'] as string | undefined) ?? request.query.after
         const first = await pageAfter(store, { after, limit: 100, tag })
+        // HEAD: the stream's head, as its GET would have it, and no stream (no reader's place taken).
+        if (request.method === 'HEAD') return await reply.headers(STREAM_HEADERS).send()
         if (!feed.admit('streams')) throw new ApiError('tooManyReaders')
         try {
           // Compiled once per route (Fastify keeps it by schema), with the serializer of every JSON answer.

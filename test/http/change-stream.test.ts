@@ -234,4 +234,25 @@ test('Accept decides between the stream and JSON by its q-values (RFC 9110 12.5.
     assert.equal(stream.headers.vary, 'Accept')
     stream.close()
   }
+  // HEAD answers the head its GET would: the stream's headers, no Content-Length, no reader's place
+  // taken (the cap is 1 and a stream is open); a position gone is 410 alike.
+  const capped = await startServer(t, { env: { CHANGES_MAX_READERS: '1' } })
+  const open = await openStream(`${capped.url}/plants/changes`, capped.token)
+  t.after(open.close)
+  for (const accept of ['text/event-stream', 'application/json']) {
+    const head = await call(capped, 'HEAD', '/plants/changes', { headers: { accept } })
+    const get = accept === 'application/json' ? await call(capped, 'GET', '/plants/changes', { headers: { accept } }) : undefined
+    assert.equal(head.status, 200, accept)
+    assert.equal(head.text, '')
+    assert.equal(head.headers.get('vary'), 'Accept')
+    if (get === undefined) {
+      assert.equal(head.headers.get('content-type'), open.headers['content-type'])
+      assert.equal(head.headers.get('cache-control'), 'no-store')
+      assert.equal(head.headers.get('content-length'), null, 'a stream has no length')
+    } else {
+      assert.equal(head.headers.get('content-type'), get.headers.get('content-type'))
+      assert.equal(head.headers.get('content-length'), get.headers.get('content-length'))
+    }
+  }
+  assert.equal((await call(capped, 'HEAD', '/plants/changes?after=99', { headers: { accept: 'text/event-stream' } })).status, 410, 'beyond the head')
 })
