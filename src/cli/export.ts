@@ -1,7 +1,4 @@
 import { once } from 'node:events'
-import { existsSync } from 'node:fs'
-import { resolve } from 'node:path'
-import { ConfigError, isPostgresUrl } from '../config.js'
 import { openStore } from '../store/open.js'
 import { parseCommand } from './args.js'
 import { databaseUrlOf } from './database.js'
@@ -18,8 +15,7 @@ export async function exportPlants (args: string[]): Promise<void> {
   let plants = 0
   try {
     const databaseUrl = databaseUrlOf(parsed.values['database-url'] as string | undefined)
-    if (!isPostgresUrl(databaseUrl) && !existsSync(databaseUrl)) throw new ConfigError(`There is no store at ${resolve(databaseUrl)} to export.`)
-    const store = await openStore(databaseUrl)
+    const store = await openStore(databaseUrl, { create: false })
     try {
       for await (const page of store.exportPlants()) {
         // Waiting for a slow reader keeps one page in memory, whatever the store holds.

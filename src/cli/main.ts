@@ -62,10 +62,12 @@ async function main (argv: string[]): Promise<void> {
 }
 
 // `plantstore tokens list | head -1`: once the reader has gone, the rest of the output has no one
-// to read it; stop quietly, as command-line tools do, rather than with a stack trace.
+// to read it; stop quietly, as command-line tools do, rather than with a stack trace. Any other
+// failure to write it (a full disk) is one line and exit code 1.
 process.stdout.on('error', (error: NodeJS.ErrnoException) => {
-  if (error.code !== 'EPIPE') throw error
-  process.exit(0)
+  if (error.code === 'EPIPE') process.exit(0)
+  process.stderr.write(`plantstore: Could not write to stdout: ${error.message}.\n`)
+  process.exit(1)
 })
 
 main(process.argv.slice(2)).catch((error: unknown) => {

@@ -1,3 +1,4 @@
+import { writeSync } from 'node:fs'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { ConfigError } from '../config.js'
 import { DEFAULT_SCOPES, type NewToken, type Scope, type Store, type TokenRecord } from '../store/store.js'
@@ -45,7 +46,15 @@ async function create (store: Store, wanted: Omit<NewToken, 'digest'>): Promise<
   const token = generateToken()
   const created = await store.createToken({ ...wanted, digest: digestOf(token) })
   if (created === 'name-taken') throw new ConfigError(`An active token is already named ${quoted(wanted.name)}; revoke it or choose another name.`)
-  process.stdout.write(token + '\n') // alone on stdout, so that TOKEN=$(plantstore tokens create …) works
+  try {
+    // Alone on stdout, so that TOKEN=$(plantstore tokens create …) works; written at once, so that
+    // a token that could not be shown (a full disk, a reader gone) is known here.
+    writeSync(1, token + '\n')
+  } catch (error) {
+    // No one has seen it, and no one can: it must not stay active, holding its name.
+    await store.revokeToken(String(created.id))
+    throw new ConfigError(`Could not write the token to stdout (${(error as Error).message}); token ${created.id} was revoked, unseen.`)
+  }
   process.stderr.write(`Created token ${created.id} "${created.name}" (${created.scopes.join(', ')}). It is shown only this once.\n`)
 }
 

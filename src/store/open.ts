@@ -1,4 +1,7 @@
+import { existsSync } from 'node:fs'
+import { resolve } from 'node:path'
 import { ConfigError, isPostgresUrl } from '../config.js'
+import { NoStoreError } from './postgres-schema.js'
 import { PostgresStore } from './postgres.js'
 import { describe } from './describe.js'
 import { SqliteStore } from './sqlite.js'
@@ -10,17 +13,20 @@ const ending = (cause: string): string => `${cause.replace(/\.$/, '')}.`
 /**
  * Opens the store that `databaseUrl` names, creating and migrating it if needed: PostgreSQL for
  * a `postgres://` or `postgresql://` URL, else a SQLite file. Asynchronous because PostgreSQL's
- * connect and migration are.
+ * connect and migration are. With `create: false` (a command that only reads, such as export),
+ * where there is no store, it is a ConfigError, and nothing is created.
  */
-export async function openStore (databaseUrl: string): Promise<Store> {
+export async function openStore (databaseUrl: string, { create = true }: { create?: boolean } = {}): Promise<Store> {
   if (isPostgresUrl(databaseUrl)) {
     try {
-      return await PostgresStore.open(databaseUrl)
+      return await PostgresStore.open(databaseUrl, {}, { create })
     } catch (error) {
       // The URL may hold a password: the line names the cause, not the URL.
+      if (error instanceof NoStoreError) throw new ConfigError('There is no store in the PostgreSQL database in DATABASE_URL (its search_path holds no plantstore tables).')
       throw new ConfigError(`Cannot open the PostgreSQL database in DATABASE_URL: ${ending(describe(error))}`)
     }
   }
+  if (!create && !existsSync(databaseUrl)) throw new ConfigError(`There is no store at ${resolve(databaseUrl)}.`)
   try {
     return new SqliteStore(databaseUrl)
   } catch (error) {

@@ -7,7 +7,7 @@ import { databaseHosts, hostOf, sessionRefusal, type DatabaseHosts } from './pos
 import { changesPage, createMany, logBounds, pruneChanges, removePlant, replacePlant } from './postgres-changes.js'
 import { batchedCreates } from './postgres-creates.js'
 import { LIST_SQL, rowToPlant, TYPES, unstorable, type ListRow, type PlantRow } from './postgres-rows.js'
-import { LOCKS, migrate } from './postgres-schema.js'
+import { LOCKS, migrate, requireStore } from './postgres-schema.js'
 import { exportPostgres, importPostgres } from './postgres-transfer.js'
 import { postgresWebhooks } from './postgres-webhooks.js'
 import type { ChangesPage, Created, ImportOutcome, LogBounds, NewToken, Plant, PlantRecord, RateWindows, Scope, SharedCount, Store, TokenRecord, Conditions, VersionedPlant } from './store.js'
@@ -195,8 +195,12 @@ export class PostgresStore implements Store {
     this.pool = newPool(url, limits)
   }
 
-  /** Connects to the database `url` names (the host to write to, of several) and creates or migrates its schema. */
-  static async open (url: string, limits: Partial<PostgresLimits> = {}): Promise<PostgresStore> {
+  /**
+   * Connects to the database `url` names (the host to write to, of several) and creates or
+   * migrates its schema; with `create: false`, a database that holds no store is a NoStoreError,
+   * and nothing is created in it.
+   */
+  static async open (url: string, limits: Partial<PostgresLimits> = {}, { create = true }: { create?: boolean } = {}): Promise<PostgresStore> {
     const hosts = databaseHosts(url)
     const full = { ...DEFAULT_PG_LIMITS, ...limits }
     const store = new PostgresStore(hosts, hosts.urls.length === 1 && hosts.target === 'any' ? hosts.urls[0] : await findHost(hosts, full), full)
@@ -205,6 +209,7 @@ export class PostgresStore implements Store {
     let client: pg.Client | undefined
     try {
       client = await store.connectAlone()
+      if (!create) await requireStore(client)
       await migrate(client)
     } catch (error) {
       await store.pool.end().catch(() => {})

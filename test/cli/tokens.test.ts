@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict'
-import { spawn } from 'node:child_process'
+import { spawn, spawnSync } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
-import { existsSync } from 'node:fs'
+import { closeSync, existsSync, openSync } from 'node:fs'
 import { join } from 'node:path'
 import { describe, test } from 'node:test'
 import { cli, freshDatabase, MAIN, tempDir, testStores } from '../helpers.js'
@@ -138,4 +138,32 @@ test('tokens list into a reader that has gone (| head -1) stops quietly, without
   const code = await new Promise(resolve => child.once('exit', resolve))
   assert.equal(stderr, '')
   assert.equal(code, 0)
+})
+
+test('a token that cannot be written to stdout (a full disk, a reader gone) is revoked, unseen: one line, exit 1, its name free again', async (t) => {
+  const dir = tempDir(t)
+  const env = { ...process.env, DATABASE_URL: join(dir, 'plantstore.db') }
+  assert.equal(cli(dir, ['migrate']).status, 0)
+  const full = openSync('/dev/full', 'w')
+  t.after(() => closeSync(full))
+  const onFullDisk = spawnSync(process.execPath, [MAIN, 'tokens', 'create', '--name', 'full'], { env, stdio: ['ignore', full, 'pipe'], encoding: 'utf8' })
+  assert.equal(onFullDisk.status, 1)
+  assert.match(onFullDisk.stderr, /^plantstore: Could not write the token to stdout \(ENOSPC: no space left on device, write\); token 1 was revoked, unseen\.\n$/)
+  const gone = spawn(process.execPath, [MAIN, 'tokens', 'create', '--name', 'gone'], { env, stdio: ['ignore', 'pipe', 'pipe'] })
+  gone.stdout.destroy() // the reader is gone before the token is written
+  let stderr = ''
+  gone.stderr.setEncoding('utf8').on('data', (chunk: string) => { stderr += chunk })
+  assert.equal(await new Promise(resolve => gone.once('exit', resolve)), 1)
+  assert.match(stderr, /^plantstore: Could not write the token to stdout \(EPIPE[^\n]*\); token 2 was revoked, unseen\.\n$/)
+  const listed = cli(dir, ['tokens', 'list']).stdout.trim().split('\n').map(line => line.split('\t').slice(1, 4))
+  assert.deepEqual(listed.map(([name, , state]) => [name, state.split(' ')[0]]), [['full', 'revoked'], ['gone', 'revoked']])
+  for (const name of ['full', 'gone']) assert.equal(cli(dir, ['tokens', 'create', '--name', name]).status, 0, `${name} is free again`)
+  // Any other command's output that cannot be written is one line too, not a stack trace.
+  assert.equal(spawnSync(process.execPath, [MAIN, 'import'], { env, input: '{"id": 1, "name": "Fern"}\n' }).status, 0)
+  for (const args of [['tokens', 'list'], ['export']]) {
+    const result = spawnSync(process.execPath, [MAIN, ...args], { env, stdio: ['ignore', full, 'pipe'], encoding: 'utf8' })
+    assert.equal(result.status, 1, args.join(' '))
+    assert.match(result.stderr, ONE_LINE, args.join(' '))
+    assert.match(result.stderr, /no space left on device/, args.join(' '))
+  }
 })

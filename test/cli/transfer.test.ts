@@ -230,12 +230,29 @@ test('export refuses a SQLite store that does not exist, creating nothing; its o
   const dir = tempDir(t)
   const result = cli(dir, ['export'])
   assert.equal(result.status, 1)
-  assert.match(result.stderr, /^plantstore: There is no store at .*plantstore\.db to export\.\n$/)
+  assert.match(result.stderr, /^plantstore: There is no store at .*plantstore\.db\.\n$/)
   assert.equal(result.stdout, `${EXPORT_FAILED}\n`)
   assert.equal(existsSync(join(dir, 'plantstore.db')), false)
   const imported = run(['import'], join(dir, 'target.db'), result.stdout)
   assert.equal(imported.status, 1)
   assert.match(imported.stderr, /plantstore: Line 1 says that the export which wrote it failed there/)
+})
+
+test('postgres: export from a database that holds no store refuses it, creating nothing; export | import --replace leaves the target as it was', { skip: PG_URL === undefined ? PG_SKIP : false }, async (t) => {
+  const { url, schema } = await pgSchema(t)
+  const target = sqliteStoreWith(tempDir(t), [{ id: 1n, name: 'Fern' }])
+  const exported = run(['export'], url)
+  assert.equal(exported.status, 1)
+  assert.equal(exported.stderr, 'plantstore: There is no store in the PostgreSQL database in DATABASE_URL (its search_path holds no plantstore tables).\n')
+  assert.equal(exported.stdout.toString(), `${EXPORT_FAILED}\n`)
+  assert.deepEqual((await adminQuery(`SELECT table_name FROM information_schema.tables WHERE table_schema = '${schema}'`)).rows, [], 'nothing created')
+  const imported = run(['import', '--replace'], target, exported.stdout)
+  assert.equal(imported.status, 1)
+  assert.deepEqual(await plantsBySql({ store: 'sqlite', databaseUrl: target }), [{ id: 1n, name: 'Fern' }])
+  // A store there, even an empty one, is exported: nothing, and a success.
+  assert.equal(run(['migrate'], url).status, 0)
+  const empty = run(['export'], url)
+  assert.deepEqual([empty.status, empty.stdout.toString(), empty.stderr], [0, '', 'Exported 0 plants.\n'])
 })
 
 test('plantstore export | head -1: the export stops quietly with exit code 0 once the reader has gone', async (t) => {
