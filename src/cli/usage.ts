@@ -3,7 +3,7 @@ import { settings } from '../config.js'
 /** `--port` and the rest: one `serve` flag per setting, named after its environment variable. */
 export const flagOf = (env: string): string => env.toLowerCase().replaceAll('_', '-')
 
-const DATABASE = `  --database-url URL   the store: a SQLite file path (default: DATABASE_URL, else ./data/plantstore.db)
+const DATABASE = `  --database-url URL   the store: a SQLite file path or a postgres:// URL (default: DATABASE_URL, else ./data/plantstore.db)
   -h, --help           this text`
 
 /** The help text of each command and subcommand, printed on stdout by `--help`. */

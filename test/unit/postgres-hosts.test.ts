@@ -20,7 +20,7 @@ test('several hosts: one URL each, in order, the rest of the URL kept as written
 })
 
 test('one host is as before: the URL unchanged, any session', () => {
-  for (const url of ['postgres://postgres@127.0.0.1:5432/test', 'postgres:///db?host=/var/run/postgresql', 'postgresql://localhost']) {
+  for (const url of ['postgres://postgres@127.0.0.1:5432/test', 'postgres:///db?host=/var/run/postgresql', 'postgresql://localhost', 'postgres://u@a:1/db?host=b&port=2']) {
     assert.deepEqual(databaseHosts(url), { urls: [url], target: 'any' })
   }
   assert.deepEqual(databaseHosts('postgres://h/db?target_session_attrs=primary&x=1'), { urls: ['postgres://h/db?x=1'], target: 'primary' })
@@ -56,7 +56,14 @@ test('what the service cannot take is refused with a sentence, never the passwor
     ['postgres://u:secret@a,,b/db', /hosts are not host\[:port\]/],
     ['postgres://u:secret@a:54x/db', /hosts are not/],
     ['postgres://u:secret@a:5432,[zz]/db', /hosts are not/],
-    ['postgres://u:secret@a b,c/db', /percent-encoded/]
+    ['postgres://u:secret@a b,c/db', /percent-encoded/],
+    // Hosts named twice, or several in libpq's query form: the search would not try where the connections go.
+    ['postgres://u:secret@a:1,b:2/db?host=c', /host= or port= in its query.*h1:5432,h2:5432/],
+    ['postgres://u:secret@a:1,b:2/db?port=5', /host= or port= in its query/],
+    ['postgres://u:secret@/db?host=a,b', /host= or port= in its query/],
+    ['postgres://u:secret@a/db?host=a&port=1,2', /host= or port= in its query/],
+    ['postgres://u:secret@a/db?sslmode=bogus', /sslmode is "bogus"; the service takes disable, prefer, require, verify-ca, verify-full\./],
+    ['postgres://u:secret@a,b/db?sslmode=allow', /sslmode is "allow"/]
   ] as const) {
     assert.throws(() => databaseHosts(url), (error: Error) => message.test(error.message) && !error.message.includes('secret'), url)
   }
