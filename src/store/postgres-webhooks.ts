@@ -61,13 +61,15 @@ const CLAIM_SQL = `WITH picked AS MATERIALIZED (
 /**
  * Every outcome's delivery's new state and, for those settled, its attempt, in one statement. A
  * delivery is settled only while the lease the attempt was made under holds: an outcome is
- * recorded once, and never over another sender's lease.
+ * recorded once, and never over another sender's lease. A retry asked for during the attempt
+ * (its next_at moved before the lease's end) stands, unless the attempt delivered.
  */
 const RECORD_SQL = `WITH o AS (
     SELECT * FROM unnest($1::int8[], $2::timestamptz[], $3::int4[], $4::text[], $5::int4[], $6::text[], $7::timestamptz[], $8::timestamptz[])
       AS o (delivery_id, at, status_code, error, duration_ms, status, next_at, lease_until)
   ), settled AS (
-    UPDATE webhook_deliveries d SET status = o.status, attempts = d.attempts + 1, next_at = coalesce(o.next_at, d.next_at), lease_until = '-infinity'
+    UPDATE webhook_deliveries d SET status = CASE WHEN o.status <> 'delivered' AND d.next_at < d.lease_until THEN 'pending' ELSE o.status END,
+      attempts = d.attempts + 1, next_at = CASE WHEN d.next_at < d.lease_until THEN d.next_at ELSE coalesce(o.next_at, d.next_at) END, lease_until = '-infinity'
     FROM o WHERE d.id = o.delivery_id AND d.lease_until = o.lease_until RETURNING d.id
   )
   INSERT INTO webhook_attempts (delivery_id, at, status_code, error, duration_ms)

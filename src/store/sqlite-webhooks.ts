@@ -73,8 +73,12 @@ export function webhookWrites (db: Database.Database) {
     claim: db.prepare(`UPDATE webhook_deliveries SET next_at = $until, lease_until = $until WHERE id IN (
       SELECT id FROM webhook_deliveries WHERE webhook_id = $id AND status = 'pending' AND next_at <= $now AND lease_until <= $now ORDER BY next_at, id LIMIT $limit
     ) RETURNING ${DELIVERY_COLUMNS}`),
-    // Only while the lease the attempt was made under holds: an outcome is recorded once.
-    settle: db.prepare('UPDATE webhook_deliveries SET status = ?, attempts = attempts + 1, next_at = coalesce(?, next_at), lease_until = 0 WHERE id = ? AND lease_until = ?'),
+    // Only while the lease the attempt was made under holds: an outcome is recorded once. A retry
+    // asked for during the attempt (its next_at moved before the lease's end) stands, unless the
+    // attempt delivered.
+    settle: db.prepare(`UPDATE webhook_deliveries SET status = CASE WHEN $status <> 'delivered' AND next_at < lease_until THEN 'pending' ELSE $status END,
+      attempts = attempts + 1, next_at = CASE WHEN next_at < lease_until THEN next_at ELSE coalesce($nextAt, next_at) END, lease_until = 0
+      WHERE id = $id AND lease_until = $leaseUntil`),
     attempt: db.prepare('INSERT INTO webhook_attempts (delivery_id, at, status_code, error, duration_ms) VALUES (?, ?, ?, ?, ?)'),
     succeeded: db.prepare('UPDATE webhooks SET failing_since = NULL WHERE id = ? AND failing_since IS NOT NULL'),
     failed: db.prepare('UPDATE webhooks SET failing_since = coalesce(failing_since, ?) WHERE id = ?'),
@@ -91,7 +95,7 @@ export function webhookWrites (db: Database.Database) {
   const record = (outcomes: AttemptOutcome[]): void => {
     const recorded = outcomes.filter(({ deliveryId, leaseUntil, attempt, delivered, nextAt }) => {
       const status = delivered ? 'delivered' : nextAt === undefined ? 'failed' : 'pending'
-      if (sql.settle.run(status, nextAt?.getTime() ?? null, deliveryId, leaseUntil.getTime()).changes === 0) return false
+      if (sql.settle.run({ status, nextAt: nextAt?.getTime() ?? null, id: deliveryId, leaseUntil: leaseUntil.getTime() }).changes === 0) return false
       sql.attempt.run(deliveryId, attempt.at.getTime(), attempt.statusCode ?? null, attempt.error ?? null, Math.round(attempt.durationMs))
       return true
     })

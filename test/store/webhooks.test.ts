@@ -153,6 +153,24 @@ for (const kind of testStores()) {
     assert.deepEqual(await store.webhooks.deliveries(hook.id, { limit: 10 }), [])
   })
 
+  test(`${kind}: a retry asked for while an attempt is under way stands once it fails, even for good; a delivery it delivered stays delivered`, async (t) => {
+    const store = await open(t)
+    const hook = await store.webhooks.create({ url: 'https://example.com/', events: ['plant.created'], secret: SECRET }, T0)
+    for (const id of [1n, 2n, 3n]) await store.create({ id, name: `p${id}` })
+    await store.webhooks.enqueue(T0, 500)
+    const [d1, d2, d3] = (await store.webhooks.claim(T0, at(20_000), LIMITS)).sort((a, b) => Number(a.position - b.position))
+    for (const delivery of [d1, d2, d3]) assert.equal((await store.webhooks.retry(hook.id, delivery.id, at(1000)))?.status, 'pending')
+    assert.deepEqual(await store.webhooks.claim(at(1000), at(21_000), LIMITS), [], 'not while the attempts hold their leases')
+    await store.webhooks.record([
+      outcome(d1, at(15_000), { nextAt: at(20_000) }), // failed, retrying later by its schedule
+      outcome(d2, at(15_000), {}), // failed for good
+      outcome(d3, at(15_000), { delivered: true })
+    ])
+    const states = await store.webhooks.deliveries(hook.id, { limit: 10 })
+    assert.deepEqual(states.map(d => [d.status, d.nextAt?.getTime()]), [['pending', at(1000).getTime()], ['pending', at(1000).getTime()], ['delivered', states[2].nextAt?.getTime()]])
+    assert.deepEqual(positions(await store.webhooks.claim(at(15_001), at(35_000), LIMITS)), [1n, 2n], 'the retried two are due at once')
+  })
+
   test(`${kind}: after a rotation both secrets sign until the overlap ends`, async (t) => {
     const store = await open(t)
     const hook = await store.webhooks.create({ url: 'https://example.com/', events: ['plant.created'], secret: 'whsec_old' }, T0)
