@@ -128,7 +128,7 @@ function resolveAll (lookup: typeof dns.lookup, hostname: string): Promise<dns.L
   })
 }
 
-/** Why a subscriber URL is refused at registration (one sentence for a 400 Error body), or undefined when it may be used. Rules: absolute URL, protocol http: or https: only, no username/password, at most 2048 characters, a host; if the host is an IP literal (IPv6 in brackets) it must not be forbidden; if it is a name, it is resolved (all addresses, via `resolve`, default dns.lookup with { all: true }) and refused if it does not resolve or any address is forbidden. With allowPrivate the address checks are skipped (the scheme/credential/length rules still apply) and no resolution is done. */
+/** Why a subscriber URL is refused at registration (one sentence for a 400 Error body), or undefined when it may be used. Rules: absolute URL, protocol http: or https: only, no username/password, at most 2048 characters, a host, a port other than 0; if the host is an IP literal (IPv6 in brackets) it must not be forbidden; if it is a name, it is resolved (all addresses, via `resolve`, default dns.lookup with { all: true }) and refused if it does not resolve or any address is forbidden. With allowPrivate the address checks are skipped (the scheme/credential/length rules still apply) and no resolution is done. */
 export async function refusalOfUrl (text: string, { allowPrivate, resolve = dns.lookup }: { allowPrivate: boolean, resolve?: typeof dns.lookup }): Promise<string | undefined> {
   if (text.length > MAX_URL_LENGTH) return `The URL is longer than ${MAX_URL_LENGTH} characters.`
   // eslint-disable-next-line no-control-regex
@@ -138,6 +138,8 @@ export async function refusalOfUrl (text: string, { allowPrivate, resolve = dns.
   if (url.protocol !== 'http:' && url.protocol !== 'https:') return `The URL's scheme is ${url.protocol.slice(0, -1)}; only http and https are taken.`
   if (url.username !== '' || url.password !== '') return 'The URL must not carry a user name or password.'
   if (url.hostname === '') return 'The URL has no host.'
+  // Port 0 names no port a receiver listens on: a connection to it would go to the scheme's own.
+  if (url.port === '0') return 'The URL\'s port is 0; name the port the receiver listens on, or none for the scheme\'s.'
   if (allowPrivate) return undefined
   const literal = literalAddress(url)
   if (literal !== undefined) {

@@ -121,7 +121,9 @@ test('refusalOfUrl: scheme, credentials, length and host rules', async () => {
     ['/hooks', /absolute URL/],
     ['hooks.example.com', /absolute URL/],
     ['', /absolute URL/],
-    [`https://hooks.example.com/${'a'.repeat(2048)}`, /longer than 2048/]
+    [`https://hooks.example.com/${'a'.repeat(2048)}`, /longer than 2048/],
+    ['http://hooks.example.com:0/', /port is 0/],
+    ['https://127.0.0.1:00/', /port is 0/]
   ]
   for (const options of [strict, { allowPrivate: true }]) {
     for (const [url, why] of refusals) {
