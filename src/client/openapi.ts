@@ -265,7 +265,7 @@ export interface paths {
         put?: never;
         /**
          * Rotate a subscription's signing secret
-         * @description Makes a new signing secret. For 24 hours every delivery carries two signatures in `webhook-signature`, one with each secret, so the receiver can switch at its own pace; then only the new one. Needs `admin`.
+         * @description Makes a new signing secret. For 24 hours every delivery carries two signatures in `webhook-signature`, one with each secret, so the receiver can switch at its own pace; then only the new one. Two secrets sign at most: a second rotation within the 24 hours retires the oldest at once (the one rotated away before). Needs `admin`.
          */
         post: operations["rotateWebhookSecret"];
         delete?: never;
@@ -359,7 +359,7 @@ export interface paths {
         put?: never;
         /**
          * Queue past changes again
-         * @description Queues, as new deliveries due now, every change after the position `after` that the subscription matches, with their original `webhook-id`s: after an outage, a receiver catches up (and de-duplicates what it had). The change log's retention (`CHANGES_RETENTION`) bounds how far back: past it, `410`. Needs `admin`.
+         * @description Queues, as new deliveries due now, every change after the position `after` that the subscription matches, with their original `webhook-id`s: after an outage, a receiver catches up (and de-duplicates what it had). The change log's retention (`CHANGES_RETENTION`) bounds how far back: past it, `410`. On a disabled subscription they are queued and wait until it is enabled. Needs `admin`.
          */
         post: operations["replayWebhook"];
         delete?: never;
