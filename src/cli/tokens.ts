@@ -42,18 +42,38 @@ function newTokenOf (values: Parsed['values']): Omit<NewToken, 'digest'> {
   return { name, scopes: [...new Set(scopes)] as Scope[], expiresAt: expiresIn === undefined ? undefined : expiryOf(expiresIn) }
 }
 
+/** Writes all of `text` to `fd`, waiting while a non-blocking pipe is full (EAGAIN); any other error is thrown. */
+function writeAll (fd: number, text: string): void {
+  const bytes = Buffer.from(text)
+  const pause = new Int32Array(new SharedArrayBuffer(4))
+  for (let written = 0; written < bytes.length;) {
+    try {
+      written += writeSync(fd, bytes, written)
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== 'EAGAIN') throw error
+      Atomics.wait(pause, 0, 0, 10) // the reader is there, and slow: wait for it, as a blocking write would
+    }
+  }
+}
+
 async function create (store: Store, wanted: Omit<NewToken, 'digest'>): Promise<void> {
   const token = generateToken()
   const created = await store.createToken({ ...wanted, digest: digestOf(token) })
   if (created === 'name-taken') throw new ConfigError(`An active token is already named ${quoted(wanted.name)}; revoke it or choose another name.`)
   try {
-    // Alone on stdout, so that TOKEN=$(plantstore tokens create …) works; written at once, so that
-    // a token that could not be shown (a full disk, a reader gone) is known here.
-    writeSync(1, token + '\n')
+    // Alone on stdout, so that TOKEN=$(plantstore tokens create …) works; written here, so that a
+    // token that could not be shown (a full disk, a reader gone) is known here.
+    writeAll(1, token + '\n')
   } catch (error) {
-    // No one has seen it, and no one can: it must not stay active, holding its name.
-    await store.revokeToken(String(created.id))
-    throw new ConfigError(`Could not write the token to stdout (${(error as Error).message}); token ${created.id} was revoked, unseen.`)
+    // No one has seen it, and no one can: it must not stay active, holding its name (which is
+    // this token's alone while it is active).
+    const why = (error as Error).message
+    try {
+      await store.revokeToken(created.name)
+    } catch (revokeError) {
+      throw new ConfigError(`Could not write the token to stdout (${why}), nor revoke it (${(revokeError as Error).message}): revoke token ${created.id}.`)
+    }
+    throw new ConfigError(`Could not write the token to stdout (${why}); token ${created.id} was revoked, unseen.`)
   }
   process.stderr.write(`Created token ${created.id} "${created.name}" (${created.scopes.join(', ')}). It is shown only this once.\n`)
 }

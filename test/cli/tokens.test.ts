@@ -155,7 +155,13 @@ test('a token that cannot be written to stdout (a full disk, a reader gone) is r
   gone.stderr.setEncoding('utf8').on('data', (chunk: string) => { stderr += chunk })
   assert.equal(await new Promise(resolve => gone.once('exit', resolve)), 1)
   assert.match(stderr, /^plantstore: Could not write the token to stdout \(EPIPE[^\n]*\); token 2 was revoked, unseen\.\n$/)
-  const listed = cli(dir, ['tokens', 'list']).stdout.trim().split('\n').map(line => line.split('\t').slice(1, 4))
+  // A reader that is there but slow (its pipe full when the token comes) gets the token: it is not revoked.
+  const slow = spawnSync('bash', ['-c', `(head -c 65536 /dev/zero; "${process.execPath}" "${MAIN}" tokens create --name slow) | (sleep 1; wc -c)`], { env, encoding: 'utf8' })
+  assert.equal(slow.status, 0, slow.stderr)
+  assert.match(slow.stderr, /^Created token 3 "slow"/)
+  assert.equal(Number(slow.stdout.trim()), 65536 + 'pst_'.length + 43 + 1, 'the zeros, then the token and its line end')
+  assert.equal(cli(dir, ['tokens', 'revoke', 'slow']).status, 0, 'slow was active')
+  const listed = cli(dir, ['tokens', 'list']).stdout.trim().split('\n').filter(line => !line.includes('\tslow\t')).map(line => line.split('\t').slice(1, 4))
   assert.deepEqual(listed.map(([name, , state]) => [name, state.split(' ')[0]]), [['full', 'revoked'], ['gone', 'revoked']])
   for (const name of ['full', 'gone']) assert.equal(cli(dir, ['tokens', 'create', '--name', name]).status, 0, `${name} is free again`)
   // Any other command's output that cannot be written is one line too, not a stack trace.
