@@ -14,7 +14,10 @@ export interface DatabaseHosts {
 }
 
 const TARGETS: TargetSession[] = ['primary', 'read-write', 'any']
-/** libpq's sslmodes that node-postgres implements (not `allow`: no SSL first, then SSL). */
+/**
+ * libpq's sslmodes that node-postgres implements: not `allow` (no SSL first, then SSL); `prefer`
+ * is taken, but node-postgres does not fall back to a connection without SSL as libpq does.
+ */
 const SSL_MODES = ['disable', 'prefer', 'require', 'verify-ca', 'verify-full']
 
 /** The hosts of `url` and the session they must offer; a URL libpq would take and this cannot throws, naming what is wrong (never the password). */
@@ -37,14 +40,15 @@ export function databaseHosts (url: string): DatabaseHosts {
   if (asked !== null && !TARGETS.includes(asked as TargetSession)) {
     throw new Error(`DATABASE_URL's target_session_attrs is "${asked}"; the service writes, so it takes ${TARGETS.join(', ')}.`)
   }
-  // libpq's other way to name hosts, `?host=…&port=…`, overrides the authority: node-postgres
-  // reads it for one host (a Unix socket's directory, as often as not); for several, the hosts
-  // the search would try would not be where the connections go, so they are named once, above.
-  if ((query.has('host') || query.has('port')) && (hosts.length > 1 || query.get('host')?.includes(',') === true || query.get('port')?.includes(',') === true)) {
+  // libpq's other way to name hosts, `?host=…`, overrides the authority: node-postgres reads it
+  // for one host (a Unix socket's directory, as often as not); beside several, the hosts the
+  // search would try would not be where the connections go, so they are named once, above. One
+  // `port=` applies to every host, in libpq and here alike; a list of them would not.
+  if ((query.has('host') && hosts.length > 1) || query.get('host')?.includes(',') === true || query.get('port')?.includes(',') === true) {
     throw new Error('DATABASE_URL names several hosts with host= or port= in its query: name them in the URL itself, postgres://user@h1:5432,h2:5432/db.')
   }
   const sslmode = query.get('sslmode')
-  if (sslmode !== null && !query.has('uselibpqcompat') && !SSL_MODES.includes(sslmode)) {
+  if (sslmode !== null && query.get('uselibpqcompat') !== 'false' && !SSL_MODES.includes(sslmode)) {
     throw new Error(`DATABASE_URL's sslmode is "${sslmode}"; the service takes ${SSL_MODES.join(', ')}.`)
   }
   // The other parameters pass as they were written, for node-postgres to read. Its sslmode takes

@@ -16,6 +16,7 @@ test('several hosts: one URL each, in order, the rest of the URL kept as written
   })
   assert.equal(databaseHosts('postgres://a,b/db?target_session_attrs=any').target, 'read-write', 'any of several would take a standby that answers first (SPEC section 10: only the one that accepts writes)')
   assert.equal(databaseHosts('postgres://a/db?target_session_attrs=any').target, 'any')
+  assert.deepEqual(databaseHosts('postgres://a,b/db?port=5433').urls, ['postgres://a/db?port=5433', 'postgres://b/db?port=5433'], 'one port= for every host, as libpq takes it')
   assert.deepEqual(databaseHosts('postgres://u:p@ss,w@h1,h2/db').urls, ['postgres://u:p@ss,w@h1/db', 'postgres://u:p@ss,w@h2/db'], 'a password holding "@" and ","')
 })
 
@@ -59,11 +60,11 @@ test('what the service cannot take is refused with a sentence, never the passwor
     ['postgres://u:secret@a b,c/db', /percent-encoded/],
     // Hosts named twice, or several in libpq's query form: the search would not try where the connections go.
     ['postgres://u:secret@a:1,b:2/db?host=c', /host= or port= in its query.*h1:5432,h2:5432/],
-    ['postgres://u:secret@a:1,b:2/db?port=5', /host= or port= in its query/],
     ['postgres://u:secret@/db?host=a,b', /host= or port= in its query/],
     ['postgres://u:secret@a/db?host=a&port=1,2', /host= or port= in its query/],
     ['postgres://u:secret@a/db?sslmode=bogus', /sslmode is "bogus"; the service takes disable, prefer, require, verify-ca, verify-full\./],
-    ['postgres://u:secret@a,b/db?sslmode=allow', /sslmode is "allow"/]
+    ['postgres://u:secret@a,b/db?sslmode=allow', /sslmode is "allow"/],
+    ['postgres://u:secret@a/db?sslmode=allow&uselibpqcompat=true', /sslmode is "allow"/]
   ] as const) {
     assert.throws(() => databaseHosts(url), (error: Error) => message.test(error.message) && !error.message.includes('secret'), url)
   }
