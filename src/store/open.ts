@@ -1,9 +1,9 @@
-import { existsSync } from 'node:fs'
 import { resolve } from 'node:path'
 import { ConfigError, isPostgresUrl } from '../config.js'
 import { NoStoreError } from './postgres-schema.js'
 import { PostgresStore } from './postgres.js'
 import { describe } from './describe.js'
+import { holdsStore } from './sqlite-schema.js'
 import { SqliteStore } from './sqlite.js'
 import type { Store } from './store.js'
 
@@ -14,7 +14,8 @@ const ending = (cause: string): string => `${cause.replace(/\.$/, '')}.`
  * Opens the store that `databaseUrl` names, creating and migrating it if needed: PostgreSQL for
  * a `postgres://` or `postgresql://` URL, else a SQLite file. Asynchronous because PostgreSQL's
  * connect and migration are. With `create: false` (a command that only reads, such as export),
- * where there is no store, it is a ConfigError, and nothing is created.
+ * where there is no store (a missing or empty file, a database without plantstore's tables), it is
+ * a ConfigError, and nothing is created; a store of an older version is migrated as always.
  */
 export async function openStore (databaseUrl: string, { create = true }: { create?: boolean } = {}): Promise<Store> {
   if (isPostgresUrl(databaseUrl)) {
@@ -26,7 +27,7 @@ export async function openStore (databaseUrl: string, { create = true }: { creat
       throw new ConfigError(`Cannot open the PostgreSQL database in DATABASE_URL: ${ending(describe(error))}`)
     }
   }
-  if (!create && !existsSync(databaseUrl)) throw new ConfigError(`There is no store at ${resolve(databaseUrl)}.`)
+  if (!create && !holdsStore(databaseUrl)) throw new ConfigError(`There is no store at ${resolve(databaseUrl)}.`)
   try {
     return new SqliteStore(databaseUrl)
   } catch (error) {

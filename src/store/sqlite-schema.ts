@@ -12,6 +12,26 @@ function versionOf (db: Database.Database): number {
 }
 
 /**
+ * Whether the file at `path` holds a plant store (plantstore's schema, of any version), read
+ * without changing it: false for a missing or empty file, a directory, another database or none.
+ */
+export function holdsStore (path: string): boolean {
+  let db: Database.Database
+  try {
+    db = openDatabase(path, { readonly: true, fileMustExist: true })
+  } catch {
+    return false
+  }
+  try {
+    return versionOf(db) > 0
+  } catch {
+    return false
+  } finally {
+    db.close()
+  }
+}
+
+/**
  * Runs `step`, again while another process holds a lock it needs, for up to `ms`. Switching a new
  * file to WAL can fail at once with SQLITE_BUSY when several processes open it together: SQLite
  * does not wait in its busy handler there. Start-up only, so a blocking pause is fine.

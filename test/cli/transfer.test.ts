@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict'
 import { openDatabase } from '../../src/store/sqlite-driver.js'
 import { spawn, spawnSync } from 'node:child_process'
-import { existsSync } from 'node:fs'
+import { existsSync, readFileSync, writeFileSync } from 'node:fs'
 import { Readable } from 'node:stream'
 import { join } from 'node:path'
 import { test, type TestContext } from 'node:test'
@@ -226,7 +226,7 @@ test('import on a terminal (no input redirected) says how to give it input, inst
   assert.equal(existsSync(join(dir, 'plantstore.db')), false)
 })
 
-test('export refuses a SQLite store that does not exist, creating nothing; its output, the failure line alone, imports nothing', (t) => {
+test('export refuses a SQLite store that does not exist (or a file that holds none), creating nothing; its output, the failure line alone, imports nothing', (t) => {
   const dir = tempDir(t)
   const result = cli(dir, ['export'])
   assert.equal(result.status, 1)
@@ -236,6 +236,20 @@ test('export refuses a SQLite store that does not exist, creating nothing; its o
   const imported = run(['import'], join(dir, 'target.db'), result.stdout)
   assert.equal(imported.status, 1)
   assert.match(imported.stderr, /plantstore: Line 1 says that the export which wrote it failed there/)
+  // A file that holds no store (empty, or another program's database) is none either, and stays as it was.
+  const empty = join(dir, 'empty.db')
+  writeFileSync(empty, '')
+  const other = join(dir, 'other.db')
+  const db = openDatabase(other)
+  db.exec('CREATE TABLE notes (text TEXT)')
+  db.close()
+  for (const path of [empty, other]) {
+    const before = readFileSync(path)
+    const refused = run(['export'], path)
+    assert.equal(refused.status, 1, path)
+    assert.equal(refused.stderr, `plantstore: There is no store at ${path}.\n`)
+    assert.ok(readFileSync(path).equals(before), 'the file is unchanged')
+  }
 })
 
 test('postgres: export from a database that holds no store refuses it, creating nothing; export | import --replace leaves the target as it was', { skip: PG_URL === undefined ? PG_SKIP : false }, async (t) => {
