@@ -149,7 +149,8 @@ export function postgresWebhooks (read: <T>(work: (query: Query) => Promise<T>) 
       // Only a disabled subscription moves: an enabled one keeps its cursor and its schedule.
       const { rowCount } = await query(`UPDATE webhooks SET disabled_at = NULL, disabled_reason = NULL, failing_since = NULL,
         cursor = greatest(cursor, (SELECT head FROM change_log)) WHERE id = $1 AND disabled_at IS NOT NULL`, [id])
-      if (rowCount === 1) await query("UPDATE webhook_deliveries SET next_at = least(next_at, $1) WHERE webhook_id = $2 AND status = 'pending'", [now, id])
+      // Those under an attempt now are left to its outcome: only a retry asked for brings them forward.
+      if (rowCount === 1) await query("UPDATE webhook_deliveries SET next_at = least(next_at, $1) WHERE webhook_id = $2 AND status = 'pending' AND lease_until <= $1", [now, id])
       return await get(query, id)
     }),
     deliveries: (id, { status, after, limit }) => read(async (query) => {

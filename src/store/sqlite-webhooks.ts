@@ -58,7 +58,8 @@ export function webhookWrites (db: Database.Database) {
     remove: db.prepare('DELETE FROM webhooks WHERE id = ?'),
     rotate: db.prepare('UPDATE webhooks SET previous_secret = secret, previous_until = ?, secret = ? WHERE id = ?'),
     enable: db.prepare('UPDATE webhooks SET disabled_at = NULL, disabled_reason = NULL, failing_since = NULL, cursor = max(cursor, (SELECT head FROM change_log)) WHERE id = ? AND disabled_at IS NOT NULL'),
-    dueNow: db.prepare("UPDATE webhook_deliveries SET next_at = min(next_at, ?) WHERE webhook_id = ? AND status = 'pending'"),
+    // Those under an attempt now are left to its outcome: only a retry asked for brings them forward.
+    dueNow: db.prepare("UPDATE webhook_deliveries SET next_at = min(next_at, $now) WHERE webhook_id = $id AND status = 'pending' AND lease_until <= $now"),
     retry: db.prepare("UPDATE webhook_deliveries SET status = 'pending', next_at = ? WHERE id = ? AND webhook_id = ?"),
     cursor: db.prepare('SELECT cursor FROM webhooks WHERE id = ?').pluck(),
     replayEnd: db.prepare('SELECT cursor, disabled_at IS NOT NULL AS disabled FROM webhooks WHERE id = ?'),
@@ -120,7 +121,7 @@ export function webhookWrites (db: Database.Database) {
     webhookRotate: (id: number, secret: string, previousUntil: number): boolean => sql.rotate.run(previousUntil, secret, id).changes === 1,
     // Only a disabled subscription moves: an enabled one keeps its cursor and its schedule.
     webhookEnable: (id: number, now: number): boolean => {
-      if (sql.enable.run(id).changes === 1) sql.dueNow.run(now, id)
+      if (sql.enable.run(id).changes === 1) sql.dueNow.run({ now, id })
       return sql.cursor.get(id) !== undefined
     },
     webhookRetry: (id: number, deliveryId: number, now: number): boolean => sql.retry.run(now, deliveryId, id).changes === 1,

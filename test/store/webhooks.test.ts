@@ -171,6 +171,21 @@ for (const kind of testStores()) {
     assert.deepEqual(positions(await store.webhooks.claim(at(15_001), at(35_000), LIMITS)), [1n, 2n], 'the retried two are due at once')
   })
 
+  test(`${kind}: an enable while an attempt is under way leaves the delivery to its outcome: its schedule, or failed for good`, async (t) => {
+    const store = await open(t)
+    const hook = await store.webhooks.create({ url: 'https://example.com/', events: ['plant.created'], secret: SECRET }, T0)
+    for (const id of [1n, 2n, 3n]) await store.create({ id, name: `p${id}` })
+    await store.webhooks.enqueue(T0, 500)
+    const [d1, d2, d3] = (await store.webhooks.claim(T0, at(20_000), LIMITS)).sort((a, b) => Number(a.position - b.position))
+    await store.webhooks.record([outcome(d1, at(1000), { disable: 'The receiver answered 410 Gone.' })])
+    assert.equal((await store.webhooks.get(hook.id))?.disabled?.reason, 'The receiver answered 410 Gone.')
+    assert.equal((await store.webhooks.enable(hook.id, at(2000)))?.disabled, undefined)
+    await store.webhooks.record([outcome(d2, at(15_000), { nextAt: at(60_000) }), outcome(d3, at(15_000), {})])
+    const states = await store.webhooks.deliveries(hook.id, { limit: 10 })
+    assert.deepEqual(states.map(d => [d.status, d.nextAt?.getTime()]).slice(1), [['pending', at(60_000).getTime()], ['failed', states[2].nextAt?.getTime()]])
+    assert.deepEqual(await store.webhooks.claim(at(15_001), at(35_000), LIMITS), [], 'the enable brought nothing forward')
+  })
+
   test(`${kind}: after a rotation both secrets sign until the overlap ends`, async (t) => {
     const store = await open(t)
     const hook = await store.webhooks.create({ url: 'https://example.com/', events: ['plant.created'], secret: 'whsec_old' }, T0)
