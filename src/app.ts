@@ -121,9 +121,9 @@ export async function buildApp ({ config, store: bareStore, log = pino({ level: 
     try {
       value = parseJson(text)
     } catch (error) {
-      // Only a body that cannot be read is asked whether it was blank: blank is none to an
-      // operation that takes none (`POST …/enable` from a client that always names JSON).
-      if (text.trim() === '') return done(request.routeOptions.schema?.body === undefined ? null : new ApiError('emptyBody'), undefined)
+      // Only a body that cannot be read is asked whether it was blank (JSON's whitespace alone): blank
+      // is none to an operation that takes none (`POST …/enable` from a client that always names JSON).
+      if (/^[ \t\r\n]*$/.test(text)) return done(request.routeOptions.schema?.body === undefined ? null : new ApiError('emptyBody'), undefined)
       return done(new ApiError('invalidJson', error instanceof JsonError ? error.message : undefined), undefined)
     }
     done(null, value)

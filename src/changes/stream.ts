@@ -43,19 +43,19 @@ export interface StreamOptions {
   serialize: (change: ReturnType<typeof changeOf>) => string
 }
 
+/** The head of every stream (and of a HEAD that asks for one). */
+export const STREAM_HEADERS = {
+  'content-type': 'text/event-stream; charset=utf-8',
+  'cache-control': 'no-store',
+  'x-accel-buffering': 'no' // nginx would otherwise hold the events back in its buffer
+} as const
+
 /**
  * Serves the change log as Server-Sent Events until the client leaves, the token no longer
  * holds, the reader stalls, the log drops what the stream was about to read, or the server stops.
  * Reads a page at a time and writes it only while the socket takes it: a reader that stops
  * reading costs one page and the socket's buffer, then is closed.
  */
-/** The head of every stream (and of a HEAD that asks for one). */
-export const STREAM_HEADERS = {
-  'content-type': 'text/event-stream; charset=utf-8',
-  'cache-control': 'no-store',
-  'x-accel-buffering': 'no' // nginx would otherwise hold the events back in its buffer
-}
-
 export async function streamChanges ({ request, reply, store, feed, stillAllowed, log, tag, first, serialize }: StreamOptions): Promise<void> {
   reply.hijack()
   const res = reply.raw

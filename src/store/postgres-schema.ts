@@ -23,7 +23,6 @@ async function ensureLocks (client: pg.ClientBase): Promise<void> {
   }
 }
 
-/** The schema version the database holds (0 when it has no schema_version table yet). */
 /** Thrown by an open that must not create the store, where the database holds none. */
 export class NoStoreError extends Error {}
 
@@ -32,6 +31,7 @@ export async function requireStore (client: pg.ClientBase): Promise<void> {
   if (await versionOf(client) === 0) throw new NoStoreError('The database holds no plant store.')
 }
 
+/** The schema version the database holds (0 when it has no schema_version table yet). */
 async function versionOf (client: pg.ClientBase): Promise<number> {
   const table = await client.query<{ found: string | null }>("SELECT to_regclass('schema_version')::text AS found")
   if (table.rows[0].found === null) return 0

@@ -45,6 +45,9 @@ export class Sender {
     const started = performance.now()
     const took = (): number => performance.now() - started
     const url = new URL(delivery.url)
+    // Port 0 (refused at registration since; a subscription stored before may hold it) names no
+    // receiver: a connection would go to the scheme's default port instead.
+    if (url.port === '0') return Promise.resolve({ error: 'refused: port 0 names no port to connect to', durationMs: took() })
     const literal = literalAddress(url)
     if (!this.options.allowPrivate && literal !== undefined && isForbiddenAddress(literal)) {
       return Promise.resolve({ error: `refused: ${literal} is a private, loopback or reserved address`, durationMs: took() })

@@ -116,7 +116,9 @@ test(`while another process holds the SQLite write lock for ${LOCK_MS / 1000} s,
   assert.ok(read.every(({ status }) => status === 200), 'every read during the lock answered 200')
   const slowestRead = Math.max(...read.map(({ ms }) => ms))
   t.diagnostic(`slowest read during the lock: ${slowestRead} ms`)
-  assert.ok(slowestRead <= 1000, `reads within 1 s: ${slowestRead} ms`)
+  // Far inside the 8 s lock, which a read waiting on it would show; not tighter: on a loaded 2-core
+  // machine the event loop itself, answering 400 POSTs a second, once held a read 1.1 s.
+  assert.ok(slowestRead <= 2000, `reads within 2 s: ${slowestRead} ms`)
 
   const firstSuccess = Math.min(...sent.filter(({ status, answeredAt }) => status === 200 && answeredAt >= releasedAt).map(({ answeredAt }) => answeredAt))
   t.diagnostic(`first 200 after the release: ${firstSuccess - releasedAt} ms`)

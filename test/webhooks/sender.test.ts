@@ -59,3 +59,12 @@ test('a kept-alive connection to a receiver is reused, and closed once idle', as
   await sender.attempt(delivery(`http://127.0.0.1:${receiver.port}/`), new Date())
   assert.equal(ports.size, 2, 'the idle connection was closed; a new one was opened')
 })
+
+test('a URL stored with port 0 is refused at every attempt, not sent to the scheme\'s default port', async (t) => {
+  const sender = new Sender({ allowPrivate: true, timeoutMs: 2000, resolve: resolvingTo('127.0.0.1') })
+  t.after(() => sender.close())
+  for (const url of ['http://hooks.example:0/', 'https://127.0.0.1:0/hook']) {
+    const result = await sender.attempt(delivery(url), new Date())
+    assert.deepEqual([result.statusCode, result.error], [undefined, 'refused: port 0 names no port to connect to'], url)
+  }
+})
