@@ -56,9 +56,11 @@ export function edgeRefusal (request: FastifyRequest, log: Logger): ApiError | u
   if ((query === -1 ? request.url.length : query) > MAX_PATH) return new ApiError('pathTooLong', `The path is longer than ${MAX_PATH} characters.`)
   // The query parser takes undecodable text literally; a path answers 400 for the same bytes.
   if (query !== -1 && !decodable(request.url.slice(query + 1))) return new ApiError('badQuery')
-  // Node reads chunked framing; any other transfer coding (gzip, chunked) would reach the parser still coded.
-  const coding = request.headers['transfer-encoding']
-  if (coding !== undefined && coding.trim().toLowerCase() !== 'chunked') return new ApiError('unsupportedTransferCoding')
+  // Node reads chunked framing; any other transfer coding (gzip, chunked) would reach the parser
+  // still coded (501, RFC 9112 6.1). Without chunked last, the body has no end to find: 400, and
+  // the connection closes (RFC 9112 6.3).
+  const coding = request.headers['transfer-encoding']?.trim().toLowerCase()
+  if (coding !== undefined && coding !== 'chunked') return new ApiError(/(^|[\s,])chunked$/.test(coding) ? 'unsupportedTransferCoding' : 'unframedBody')
   const repeated = repeatedHeader(request)
   if (repeated !== undefined) return new ApiError('repeatedHeader', `The ${repeated} header was sent more than once; send it once.`)
   // DELETE takes no body: whatever content type it declares, nothing is parsed (Fastify reads no body for GET).

@@ -42,6 +42,7 @@ export const failures = {
   expectationFailed: { status: 417, message: 'Only "Expect: 100-continue" is supported.' },
   headersTooLarge: { status: 431, message: 'The request headers are too large.' },
   rateLimited: { status: 429, message: 'This token sent too many requests; wait for the number of seconds in Retry-After.' },
+  unframedBody: { status: 400, message: 'The request\'s Transfer-Encoding does not end with chunked, so where its body ends cannot be told; the connection is closed.', headers: { connection: 'close' } },
   unsupportedTransferCoding: { status: 501, message: 'The request uses a transfer coding other than chunked, which this server does not implement; send the body uncompressed.' },
   internal: { status: 500, message: 'Something went wrong on our side; it has been logged.' },
   unavailable: { status: 503, message: 'The store is unavailable right now; retry after the number of seconds in Retry-After.', headers: { 'retry-after': '1' } },
@@ -279,6 +280,12 @@ export function clientErrorHandler (refused: ReportRefusal): (error: NodeJS.Errn
     // A reset or a closed socket is no request: nothing to answer and nothing worth a warning.
     if (error.code === 'ECONNRESET' || !socket.writable) {
       socket.destroy()
+      return
+    }
+    // The request was answered already (its head refused before its body, which the parser then
+    // failed on): a second answer would be read as the next request's. Close once it is out.
+    if ((socket as Socket & { _httpMessage?: ServerResponse })._httpMessage?.headersSent === true) {
+      socket.end()
       return
     }
     refused(name, { code: error.code }, socket)

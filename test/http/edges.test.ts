@@ -141,7 +141,7 @@ for (const store of testStores()) {
         assert.equal((await call(server, 'GET', '/plants/10')).status, 404)
       })
 
-      await t.test('a transfer coding other than chunked is 501 (RFC 9112 6.1), nothing stored; plain chunked is fine', async () => {
+      await t.test('a transfer coding other than chunked is 501 (RFC 9112 6.1), or 400 and closed without chunked last (6.3), nothing stored; plain chunked is fine', async () => {
         const body = '{"id":11,"name":"x"}'
         const chunked = `${body.length.toString(16)}\r\n${body}\r\n0\r\n\r\n`
         const head = (coding: string): string => `POST /plants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${server.token}\r\nContent-Type: application/json\r\nTransfer-Encoding: ${coding}\r\n\r\n`
@@ -150,6 +150,15 @@ for (const store of testStores()) {
         assert.equal((await call(server, 'GET', '/plants/11')).status, 404)
         const plain = await rawExchange(server, head('chunked') + chunked, { waitMs: 1000 })
         assert.match(plain.text, /^HTTP\/1\.1 200 /)
+        // Without chunked last, where the body ends cannot be told: one 400, and the connection closes (RFC 9112 6.3).
+        for (const coding of ['gzip', 'chunked, gzip', 'xchunked']) {
+          const unframed = await rawExchange(server, head(coding) + '{"id":12,"name":"x"}', { waitMs: 1000 })
+          assert.equal(unframed.text.match(/HTTP\/1\.1 /g)?.length, 1, `one answer to ${coding}: ${unframed.text}`)
+          assert.ok(isRawErrorBody(unframed.text, 400), unframed.text)
+          assert.match(unframed.text, /connection: close/i)
+          assert.ok(unframed.closed, 'the connection closed')
+        }
+        assert.equal((await call(server, 'GET', '/plants/12')).status, 404)
       })
 
       await t.test('astral characters round-trip exactly, and their retry is a safe 200', async () => {
