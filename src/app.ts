@@ -8,7 +8,7 @@ import type { Config } from './config.js'
 import { BODY_LIMIT, validatorCompiler } from './contract.js'
 import { corsFor } from './cors.js'
 import { edgeRefusal } from './edge.js'
-import { ApiError, clientErrorHandler, frameworkErrorHandler, installErrorHandling, refusalReport } from './errors.js'
+import { ApiError, clientErrorHandler, frameworkErrorHandler, installErrorHandling, refusalReport, unroutedRefusal } from './errors.js'
 import { JsonError, parseJson } from './json.js'
 import { refusalCounter, requestRecorder, shedCounter } from './metrics/http.js'
 import { createMetrics, type Metrics } from './metrics/metrics.js'
@@ -138,7 +138,8 @@ export async function buildApp ({ config, store: bareStore, log = pino({ level: 
 
   // The first hook of every request, routed or not, in one pass: its record starts (metrics, log
   // line); the CORS headers go on whatever will answer it, refusals included; a preflight is
-  // answered; the edge checks refuse an ambiguous head before anything else, auth included.
+  // answered; the edge checks refuse an ambiguous head before anything else, auth included; a
+  // request no route takes is answered 404 or 405.
   const record = requestRecorder(metrics, log)
   app.addHook('onRequest', (request, reply, done) => {
     record(request, reply)
@@ -146,7 +147,9 @@ export async function buildApp ({ config, store: bareStore, log = pino({ level: 
       cors.headers(request, reply)
       if (cors.answeredPreflight(request, reply)) return
     }
-    done(edgeRefusal(request, log))
+    // A path or method no route takes is answered now, before its body is read (nor parsed, for
+    // anyone, token or not): nothing it carries could change the answer.
+    done(edgeRefusal(request, log) ?? (request.is404 ? unroutedRefusal(request) : undefined))
   })
   app.addHook('onError', shedCounter(metrics))
   // Fastify's HEAD routes send `Content-Length: 0` with any answer that has no body; a 304's must

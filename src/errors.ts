@@ -211,6 +211,12 @@ export function refusalReport (log: Logger, count: CountRefusal): ReportRefusal 
   }
 }
 
+/** The answer to a request that no route takes: 405 with Allow where the document has the path, else 404. */
+export function unroutedRefusal (request: FastifyRequest): ApiError {
+  const allowed = allowedMethods(request.url.split('?')[0])
+  return allowed.length > 0 ? new ApiError('methodNotAllowed', undefined, { allow: allowed.join(', ') }) : new ApiError('routeNotFound')
+}
+
 /** Replaces Fastify's and Node's error replies with the Error body, everywhere; `refused` reports what is answered before routing. */
 export function installErrorHandling (app: FastifyInstance, log: Logger, refused: ReportRefusal): void {
   const storeTrouble = onceASecond(log)
@@ -222,10 +228,8 @@ export function installErrorHandling (app: FastifyInstance, log: Logger, refused
     return send(reply, failure)
   })
 
-  app.setNotFoundHandler((request, reply) => {
-    const allowed = allowedMethods(request.url.split('?')[0])
-    return send(reply, allowed.length > 0 ? new ApiError('methodNotAllowed', undefined, { allow: allowed.join(', ') }) : new ApiError('routeNotFound'))
-  })
+  // Reached only where the onRequest hook did not answer already (it answers every request no route takes).
+  app.setNotFoundHandler((request, reply) => send(reply, unroutedRefusal(request)))
 
   // Node answers an Expect other than 100-continue with an empty 417 unless someone listens.
   app.server.on('checkExpectation', (_request: IncomingMessage, response: ServerResponse) => {

@@ -3,8 +3,8 @@ import type { Logger } from 'pino'
 import type { StillAllowed } from '../auth.js'
 import type { Feed } from '../changes/feed.js'
 import { changeOf, STREAM_HEADERS, streamChanges } from '../changes/stream.js'
-import { allowedMethods, route } from '../contract.js'
-import { ApiError } from '../errors.js'
+import { route } from '../contract.js'
+import { ApiError, unroutedRefusal } from '../errors.js'
 import type { ChangesPage, Store } from '../store/store.js'
 import { linkTo } from './links.js'
 
@@ -97,9 +97,11 @@ export const changes: FastifyPluginAsync<{ store: Store, feed: Feed, stillAllowe
 
   // The path is a plant's too (`/plants/{id}` takes PUT and DELETE): without these, the router
   // would hand `PUT /plants/changes` to it, and the id "changes" would be a 400 instead of a 405.
+  // Answered before the body is read, as every method no route takes is (src/app.ts).
   app.route({
     method: ['PUT', 'DELETE'],
     url: '/plants/changes',
-    handler: async (request) => { throw new ApiError('methodNotAllowed', undefined, { allow: allowedMethods(request.url.split('?')[0]).join(', ') }) }
+    onRequest: (request, _reply, done) => { done(unroutedRefusal(request)) },
+    handler: async (request) => { throw unroutedRefusal(request) } // not reached: onRequest has answered
   })
 }

@@ -36,7 +36,17 @@ for (const store of testStores()) {
         assert.equal(answer.headers.get('allow'), 'GET, HEAD, POST')
         const one = await call(server, 'POST', '/plants/1', { body: {} })
         assert.ok(isErrorBody(one, 405))
-        assert.equal(one.headers.get('allow'), 'GET, HEAD, PUT, DELETE')
+        assert.equal(one.headers.get('allow'), 'GET, HEAD, PUT, DELETE')      })
+
+      await t.test('a path or method no route takes is answered before its body is read, token or not: a body that is not JSON changes nothing', async () => {
+        for (const token of [undefined, null]) {
+          for (const [method, path, status, allow] of [['POST', '/nothing-here', 404, null], ['PATCH', '/plants/1', 405, 'GET, HEAD, PUT, DELETE'],
+            ['POST', '/healthz', 405, 'GET, HEAD'], ['PUT', '/plants/changes', 405, 'GET, HEAD'], ['DELETE', '/plants/changes', 405, 'GET, HEAD']] as const) {
+            const answer = await call(server, method, path, { token, raw: '{"a": [1e308, not JSON', headers: { 'content-type': 'application/json' } })
+            assert.ok(isErrorBody(answer, status), `${method} ${path}: ${answer.text}`)
+            assert.equal(answer.headers.get('allow'), allow, `${method} ${path}`)
+          }
+        }
       })
 
       await t.test('malformed HTTP is answered 400 with the Error body', async () => {
