@@ -25,6 +25,16 @@ test('integral literals with fractions or exponents are integers, exactly', () =
   assert.equal(parseJson('{"id": 1.0}').id, 1)
 })
 
+test('integers of up to 20 digits are exact, so int64\'s bounds hold to the unit; longer ones are their doubles (no bigint of hundreds of digits built)', () => {
+  assert.equal(exactNumber('9223372036854775808'), 9223372036854775808n)
+  assert.equal(exactNumber('-9223372036854775809'), -9223372036854775809n)
+  assert.equal(exactNumber('99999999999999999999'), 99999999999999999999n)
+  assert.equal(exactNumber('9.9999999999999999999e19'), 99999999999999999999n)
+  assert.equal(exactNumber('100000000000000000000'), 1e20)
+  assert.equal(exactNumber('1e308'), 1e308)
+  assert.equal(exactNumber('-1' + '0'.repeat(5000)), -Infinity)
+})
+
 test('non-integers never pass for integers, even when the nearest double is one', () => {
   assert.equal(exactNumber('1.5'), 1.5)
   assert.ok(Number.isNaN(exactNumber('9007199254740993.5')))
