@@ -286,15 +286,33 @@ export function clientErrorHandler (refused: ReportRefusal): (error: NodeJS.Errn
       socket.destroy()
       return
     }
-    // The request was answered already (its head refused before its body, which the parser then
-    // failed on): a second answer would be read as the next request's. Close once it is out.
-    if ((socket as Socket & { _httpMessage?: ServerResponse })._httpMessage?.headersSent === true) {
-      socket.end()
+    const current = (socket as Connection)._httpMessage ?? undefined
+    if (current !== undefined && (current.headersSent || current.req.complete)) {
+      // Not the request being read: one after those the connection is still answering (pipelined),
+      // or one answered already (refused on its head; the parser then failed on its body). The
+      // answers under way go out first, whole; then, if the connection is still open for it (an
+      // answer that closes it, like that refusal, ends it), this one, counted before routing.
+      afterAnswersUnderWay(socket as Connection, () => {
+        if (!socket.writable) return
+        refused(name, { code: error.code })
+        answerOnSocket(socket, failure)
+      })
       return
     }
     refused(name, { code: error.code }, socket)
     answerOnSocket(socket, failure)
   }
+}
+
+/** A connection as Node's server keeps it: the answer it is writing now, if any (Node's own clientError handling reads it too). */
+type Connection = Socket & { _httpMessage?: ServerResponse | null }
+
+/** Runs `then` once no answer is under way on `socket`: Node writes pipelined answers one after another, each in its turn. */
+function afterAnswersUnderWay (socket: Connection, then: () => void): void {
+  const current = socket._httpMessage ?? undefined
+  if (current === undefined) return then()
+  // 'close' follows the answer's end, or the connection's; the next answer is assigned on the way.
+  current.once('close', () => setImmediate(() => afterAnswersUnderWay(socket, then)))
 }
 
 /** Answers a request whose body was not read, and closes its connection: what may follow the head is not a request. */

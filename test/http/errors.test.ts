@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict'
 import { describe, test } from 'node:test'
+import { setTimeout as sleep } from 'node:timers/promises'
 import { call, isErrorBody, startServer, testStores } from '../helpers.js'
 import { parseRaw, rawExchange } from '../raw.js'
 
@@ -36,7 +37,8 @@ for (const store of testStores()) {
         assert.equal(answer.headers.get('allow'), 'GET, HEAD, POST')
         const one = await call(server, 'POST', '/plants/1', { body: {} })
         assert.ok(isErrorBody(one, 405))
-        assert.equal(one.headers.get('allow'), 'GET, HEAD, PUT, DELETE')      })
+        assert.equal(one.headers.get('allow'), 'GET, HEAD, PUT, DELETE')
+      })
 
       await t.test('a path or method no route takes is answered before its body is read, token or not: a body that is not JSON changes nothing', async () => {
         for (const token of [undefined, null]) {
@@ -47,6 +49,20 @@ for (const store of testStores()) {
             assert.equal(answer.headers.get('allow'), allow, `${method} ${path}`)
           }
         }
+      })
+
+      await t.test('pipelined: a malformed request after good ones is answered after theirs, in order; theirs are not lost', async () => {
+        const body = '{"id": 79, "name": "Piped"}'
+        const post = `POST /plants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${server.token}\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`
+        const answer = await rawExchange(server, post + 'GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n' + 'GET /healthz HTTP/1.1\r\nHost: x\r\nX: a\u0001b\r\n\r\n', { waitMs: 3000 })
+        assert.deepEqual([...answer.text.matchAll(/HTTP\/1\.1 (\d{3}) /g)].map(match => Number(match[1])), [200, 200, 400], answer.text)
+        assert.match(answer.text, /\{"name":"Piped"\}/)
+        assert.ok(answer.closed, 'closed after the 400')
+        assert.equal((await call(server, 'GET', '/plants/79')).status, 200)
+        await sleep(100)
+        const lines = server.stdout().trim().split('\n').map(line => JSON.parse(line) as { msg: string, status?: number, route?: string, method?: string })
+        assert.ok(lines.some(line => line.msg === 'request' && line.method === 'POST' && line.route === '/plants' && line.status === 200), 'the POST is logged with its 200')
+        assert.ok(!lines.some(line => line.status === 499), 'no request is taken for one whose client left')
       })
 
       await t.test('malformed HTTP is answered 400 with the Error body', async () => {
