@@ -166,7 +166,16 @@ function toApiError (error: FastifyError): ApiError {
 }
 
 function send (reply: FastifyReply, failure: ApiError): FastifyReply {
+  // A refusal before the body was read (no route, no token) leaves it unread: the connection
+  // closes after the answer, as Fastify's own 413 does, rather than drain a body of any size and
+  // answer again if it then breaks or stalls.
+  if (bodyUnread(reply.request.raw)) reply.header('connection', 'close')
   return reply.code(failure.status).headers(failure.headers).type('application/json').send(errorBody(failure.status, failure.message))
+}
+
+/** True while a request's declared body has not all arrived. */
+function bodyUnread (request: IncomingMessage): boolean {
+  return !request.complete && (request.headers['transfer-encoding'] !== undefined || Number(request.headers['content-length'] ?? 0) > 0)
 }
 
 /**
@@ -292,6 +301,7 @@ export function clientErrorHandler (refused: ReportRefusal): (error: NodeJS.Errn
       // or one answered already (refused on its head; the parser then failed on its body). The
       // answers under way go out first, whole; then, if the connection is still open for it (an
       // answer that closes it, like that refusal, ends it), this one, counted before routing.
+      socket.pause() // no further request is read meanwhile: this answer ends the connection
       afterAnswersUnderWay(socket as Connection, () => {
         if (!socket.writable) return
         refused(name, { code: error.code })

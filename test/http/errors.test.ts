@@ -2,7 +2,7 @@ import assert from 'node:assert/strict'
 import { describe, test } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { call, isErrorBody, startServer, testStores } from '../helpers.js'
-import { parseRaw, rawExchange } from '../raw.js'
+import { isRawErrorBody, parseRaw, rawExchange } from '../raw.js'
 
 for (const store of testStores()) {
   describe(store, () => {
@@ -49,6 +49,16 @@ for (const store of testStores()) {
             assert.equal(answer.headers.get('allow'), allow, `${method} ${path}`)
           }
         }
+      })
+
+      await t.test('a refusal before the body is read closes the connection after it: one answer, whatever the body then does', async () => {
+        const chunked = 'POST /nothing-here HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n'
+        const broken = await rawExchange(server, [chunked, 'zz\r\nbad\r\n'], { waitMs: 2000, gapMs: 300 })
+        assert.deepEqual([...broken.text.matchAll(/HTTP\/1\.1 (\d{3}) /g)].map(match => Number(match[1])), [404], broken.text)
+        assert.match(broken.text, /connection: close/i)
+        const huge = await rawExchange(server, 'POST /plants HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000000000000\r\n\r\n{"id": 1', { waitMs: 2000 })
+        assert.ok(isRawErrorBody(huge.text, 401), huge.text)
+        assert.ok(huge.closed, 'closed at once, not drained for REQUEST_TIMEOUT')
       })
 
       await t.test('pipelined: a malformed request after good ones is answered after theirs, in order; theirs are not lost', async () => {
