@@ -42,7 +42,7 @@ export const failures = {
   expectationFailed: { status: 417, message: 'Only "Expect: 100-continue" is supported.' },
   headersTooLarge: { status: 431, message: 'The request headers are too large.' },
   rateLimited: { status: 429, message: 'This token sent too many requests; wait for the number of seconds in Retry-After.' },
-  unframedBody: { status: 400, message: 'The request\'s Transfer-Encoding does not end with chunked, so where its body ends cannot be told; the connection is closed.', headers: { connection: 'close' } },
+  unframedBody: { status: 400, message: 'The request\'s Transfer-Encoding does not end with chunked, so where its body ends cannot be told; the connection is closed.' },
   unsupportedTransferCoding: { status: 501, message: 'The request uses a transfer coding other than chunked, which this server does not implement; send the body uncompressed.' },
   internal: { status: 500, message: 'Something went wrong on our side; it has been logged.' },
   unavailable: { status: 503, message: 'The store is unavailable right now; retry after the number of seconds in Retry-After.', headers: { 'retry-after': '1' } },
