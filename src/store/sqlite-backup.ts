@@ -2,6 +2,7 @@ import { closeSync, existsSync, fsyncSync, linkSync, openSync, rmSync } from 'no
 import { basename, dirname, join, resolve } from 'node:path'
 import { ConfigError } from '../config.js'
 import { openDatabase } from './sqlite-driver.js'
+import { holdsStore } from './sqlite-schema.js'
 
 /** Pages a backup step may copy: all of them, so the copy is one snapshot and never restarts. */
 const ALL_PAGES = 0x7fffffff
@@ -24,7 +25,7 @@ function fsyncPath (path: string): void {
  * never seen half-written. Throws a ConfigError of one line when it cannot be made.
  */
 export async function backupSqlite (source: string, destination: string): Promise<void> {
-  if (!existsSync(source)) throw new ConfigError(`There is no store at ${resolve(source)} to back up.`)
+  if (!holdsStore(source)) throw new ConfigError(`There is no store at ${resolve(source)} to back up.`)
   if (existsSync(destination)) throw new ConfigError(`${resolve(destination)} already exists; a backup never overwrites a file, so remove it or choose another name.`)
   const partial = join(dirname(destination), `.${basename(destination)}.partial-${process.pid}`)
   try {

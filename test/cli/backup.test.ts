@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict'
 import { openDatabase } from '../../src/store/sqlite-driver.js'
 import { spawn } from 'node:child_process'
-import { existsSync, readdirSync, statSync, writeFileSync } from 'node:fs'
+import { existsSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { test } from 'node:test'
 import { call, cli, MAIN, startServer, tempDir } from '../helpers.js'
@@ -73,6 +73,13 @@ test('plantstore backup refuses a missing store, a missing directory and Postgre
   assert.equal(missing.status, 1)
   assert.match(missing.stderr, /^plantstore: There is no store at .*plantstore\.db to back up\.\n$/)
   assert.equal(existsSync(join(dir, 'plantstore.db')), false, 'backup does not create a store')
+  // Nor is an empty file a store to back up (export refuses it alike): it is left as it was.
+  writeFileSync(join(dir, 'plantstore.db'), '')
+  const empty = cli(dir, ['backup', join(dir, 'copy.db')])
+  assert.equal(empty.status, 1)
+  assert.match(empty.stderr, /^plantstore: There is no store at .*plantstore\.db to back up\.\n$/)
+  assert.equal(readFileSync(join(dir, 'plantstore.db'), 'utf8'), '')
+  assert.equal(existsSync(join(dir, 'copy.db')), false)
 
   assert.equal(cli(dir, ['migrate']).status, 0)
   const noDir = cli(dir, ['backup', join(dir, 'no', 'such', 'copy.db')])
