@@ -4,7 +4,7 @@
 // framework, contract and store, nothing else, issue 21), GET /plants/{id} against a bare point read, the page against a bare page
 // read. Commands (see also scripts/README.md):
 //   npm run bench             5 rounds of get, list and post, 3 s warm-up and 10 s measured per server and round
-//   npm run bench:writes      the store alone: CPU per write (scripts/bench-writes.ts)
+//   npm run bench:writes      the store alone against its floor: CPU per write (scripts/bench-writes.ts)
 //   BENCH_BASE=../other npm run bench   POST also on another built checkout of the service (the commit
 //                             before a change, say), in the same rounds, against the same yardsticks
 //   BENCH_DATABASE_URL=postgres://… npm run bench   the same scenarios on PostgreSQL, against the
