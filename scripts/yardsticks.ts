@@ -7,7 +7,9 @@
 //            past 64 KiB), JSON.parse, NewPlant validated (id an integer in int64, name 1 to 200
 //            characters, tag a string of at most 100), the answer {name, tag?}.
 //   durable  the ceiling + storage: better-sqlite3, WAL, synchronous=FULL, on the main thread.
-//            A turn's inserts run at setImmediate in one transaction, and each answer leaves
+//            A turn's inserts run at setImmediate in one transaction, each create with its
+//            entry in the change log (SPEC section 9: its position is the plant's version and
+//            ETag; one process writes, so the head is kept in memory), and each answer leaves
 //            after its commit (so the event loop blocks in every fsync). The id is unique: the
 //            same plant again is 200, another one 409, as the contract says.
 //   get      GET /plants/{id}: one point read on the main thread, answered {id, name, tag?}.
@@ -56,8 +58,8 @@ function fail (response: ServerResponse, status: number, message: string): void 
   send(response, status, JSON.stringify({ error: status, message }), status === 401 ? { 'www-authenticate': 'Bearer' } : {})
 }
 
-function answerPlant (response: ServerResponse, plant: NewPlant): void {
-  send(response, 200, JSON.stringify(plant.tag === undefined ? { name: plant.name } : { name: plant.name, tag: plant.tag }))
+function answerPlant (response: ServerResponse, plant: NewPlant, headers: Record<string, string> = {}): void {
+  send(response, 200, JSON.stringify(plant.tag === undefined ? { name: plant.name } : { name: plant.name, tag: plant.tag }), headers)
 }
 
 /** JSON.parse's number when it is exact; past 2^53 the id's digits, read from the text, as a bigint. */
@@ -113,7 +115,7 @@ function open (): Database.Database {
   const db = new Binding(database)
   db.pragma('journal_mode = WAL')
   db.pragma('synchronous = FULL')
-  db.exec('CREATE TABLE IF NOT EXISTS plants (id INTEGER PRIMARY KEY, name TEXT NOT NULL, tag TEXT)')
+  db.exec('CREATE TABLE IF NOT EXISTS plants (id INTEGER PRIMARY KEY, name TEXT NOT NULL, tag TEXT, version INTEGER NOT NULL DEFAULT 1)')
   return db
 }
 
@@ -128,25 +130,38 @@ function ceiling (): Handler {
 
 function durable (): Handler {
   const db = open()
-  const insert = db.prepare('INSERT INTO plants (id, name, tag) VALUES (?, ?, ?) ON CONFLICT (id) DO NOTHING')
-  const stored = db.prepare('SELECT name, tag FROM plants WHERE id = ?')
+  db.exec('CREATE TABLE IF NOT EXISTS changes (position INTEGER PRIMARY KEY, type TEXT NOT NULL, plant_id INTEGER NOT NULL, name TEXT NOT NULL, tag TEXT, at INTEGER NOT NULL)')
+  const insert = db.prepare('INSERT INTO plants (id, name, tag, version) VALUES (?, ?, ?, ?) ON CONFLICT (id) DO NOTHING')
+  const log = db.prepare('INSERT INTO changes (position, type, plant_id, name, tag, at) VALUES (?, \'plant.created\', ?, ?, ?, ?)')
+  const stored = db.prepare('SELECT name, tag, version FROM plants WHERE id = ?')
+  let head = Number(db.prepare('SELECT coalesce(max(position), 0) FROM changes').pluck().get())
   let turn: Array<{ plant: NewPlant, response: ServerResponse }> = []
-  const commit = db.transaction((writes: typeof turn) => writes.map(({ plant }) => {
-    if (insert.run(plant.id, plant.name, plant.tag ?? null).changes === 1) return true
-    const row = stored.get(plant.id) as { name: string, tag: string | null }
-    return row.name === plant.name && row.tag === (plant.tag ?? null)
+  // A create's version (its change's position), the stored plant's for the same plant again, or undefined for another one.
+  const commit = db.transaction((writes: typeof turn) => writes.map(({ plant }): number | undefined => {
+    if (insert.run(plant.id, plant.name, plant.tag ?? null, head + 1).changes === 1) {
+      log.run(++head, plant.id, plant.name, plant.tag ?? null, Date.now())
+      return head
+    }
+    const row = stored.get(plant.id) as { name: string, tag: string | null, version: number }
+    return row.name === plant.name && row.tag === (plant.tag ?? null) ? row.version : undefined
   }))
   const flush = (): void => {
     const writes = turn
     turn = []
-    let outcomes: boolean[]
+    const before = head
+    let versions: Array<number | undefined>
     try {
-      outcomes = commit(writes)
+      versions = commit(writes)
     } catch {
+      head = before // rolled back
       for (const { response } of writes) fail(response, 503, 'The store could not write; try again.')
       return
     }
-    writes.forEach(({ plant, response }, i) => outcomes[i] ? answerPlant(response, plant) : fail(response, 409, 'Another plant uses this id.'))
+    writes.forEach(({ plant, response }, i) => {
+      const version = versions[i]
+      if (version === undefined) fail(response, 409, 'Another plant uses this id.')
+      else answerPlant(response, plant, { etag: `"${version}"` })
+    })
   }
   return (request, response) => {
     if (request.method !== 'POST' || request.url !== '/plants') return fail(response, 404, 'There is no such route.')
