@@ -37,10 +37,8 @@ export interface AppOptions {
 /** How long a stopping server lets webhook attempts in flight finish; those still running are made again later (same webhook-id). */
 const WEBHOOKS_STOP_MS = 2000
 
-/** How often Node looks for requests that are late in arriving: a tenth of the limit, at most 500 ms. */
-const arrivalCheckMs = (seconds: number): number => Math.min(500, seconds * 100)
-/** Node's limit for a request to arrive, so that with its checks the 408 leaves within `seconds`. */
-const arrivalLimitMs = (seconds: number): number => seconds * 1000 - arrivalCheckMs(seconds)
+/** How often Node looks for requests that are late in arriving: the 408 leaves this long after the limit at most. */
+const ARRIVAL_CHECK_MS = 100
 
 /** True unless the content type names a charset other than UTF-8 (JSON is UTF-8, RFC 8259), once or among several. */
 function isUtf8Charset (contentType: string | undefined): boolean {
@@ -81,14 +79,14 @@ export async function buildApp ({ config, store: bareStore, log = pino({ level: 
     logger: false,
     genReqId: requestIds(),
     bodyLimit: BODY_LIMIT,
-    // A request's headers and body must arrive within REQUEST_TIMEOUT, or it is answered 408
-    // (clientErrorHandler) and its connection closed. Node looks for late requests every
-    // `check` ms, so its limit is one check shorter: the 408 leaves within REQUEST_TIMEOUT.
-    requestTimeout: arrivalLimitMs(config.requestTimeout),
+    // A request's headers and body may take REQUEST_TIMEOUT to arrive; one still arriving then is
+    // answered 408 (clientErrorHandler) and its connection closed, at Node's next look for late
+    // requests: never before the limit, and at most ARRIVAL_CHECK_MS after it.
+    requestTimeout: config.requestTimeout * 1000,
     keepAliveTimeout: KEEP_ALIVE_TIMEOUT_MS,
     http: {
-      headersTimeout: arrivalLimitMs(config.requestTimeout),
-      connectionsCheckingInterval: arrivalCheckMs(config.requestTimeout),
+      headersTimeout: config.requestTimeout * 1000,
+      connectionsCheckingInterval: ARRIVAL_CHECK_MS,
       // Node would answer a request without Host with an empty 400; the edge check answers it.
       requireHostHeader: false
     },
