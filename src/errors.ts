@@ -9,6 +9,7 @@ export const failures = {
   invalidBody: { status: 400, message: 'The request body is not valid.' },
   invalidJson: { status: 400, message: 'The request body is not valid JSON; send a JSON object.' },
   emptyBody: { status: 400, message: 'The request body is empty; send a JSON object.' },
+  missingBody: { status: 400, message: 'The request has no body; send a JSON object, as application/json.' },
   invalidParameter: { status: 400, message: 'A path or query parameter is not valid.' },
   invalidText: { status: 400, message: 'The request body is not valid UTF-8 text.' },
   badRequest: { status: 400, message: 'The request could not be understood.' },
@@ -150,12 +151,14 @@ const fastifyCodes: Record<string, FailureName> = {
   FST_ERR_MAX_PARAM_LENGTH: 'pathTooLong'
 }
 
-function toApiError (error: FastifyError): ApiError {
+/** `bodyless`: the request came without a body or a content type, so no parser ran and the body schema met nothing. */
+function toApiError (error: FastifyError, bodyless = false): ApiError {
   if (error instanceof ApiError) return error
   if (error instanceof StoreUnavailableError) return new ApiError('unavailable')
   if (error instanceof UnstorableTextError) return new ApiError('invalidBody', error.message)
   if (error.validation !== undefined) {
     const context = error.validationContext ?? 'body'
+    if (context === 'body' && bodyless) return new ApiError('missingBody')
     return new ApiError(context === 'body' ? 'invalidBody' : 'invalidParameter', describeValidation(context, error.validation as ValidationIssue[]))
   }
   const named = fastifyCodes[error.code]
@@ -230,7 +233,7 @@ export function unroutedRefusal (request: FastifyRequest): ApiError {
 export function installErrorHandling (app: FastifyInstance, log: Logger, refused: ReportRefusal): void {
   const storeTrouble = onceASecond(log)
   app.setErrorHandler((error: FastifyError, request: FastifyRequest, reply: FastifyReply) => {
-    const failure = toApiError(error)
+    const failure = toApiError(error, request.body === undefined)
     if (failure.failure === 'unavailable') storeTrouble(request.id, error.message)
     // A 500 is a bug; the other 5xx (a reader cap reached, a transfer coding not implemented) are answers, in the request line.
     else if (failure.failure === 'internal') log.error({ reqId: request.id, err: error }, 'request failed')

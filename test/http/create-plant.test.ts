@@ -102,6 +102,10 @@ for (const store of testStores()) {
       await t.test('messages name the field and say what is wrong', async () => {
         assert.equal((await call(server, 'POST', '/plants', { body: { name: 'x' } })).body.message, '`id` in the request body is required.')
         assert.equal((await call(server, 'POST', '/plants', { body: { id: 1, name: '' } })).body.message, '`name` in the request body must not be empty.')
+        // No body at all, with or without a content type: the same complaint, not "must be a JSON object".
+        assert.equal((await call(server, 'POST', '/plants')).body.message, 'The request has no body; send a JSON object, as application/json.')
+        assert.equal((await call(server, 'POST', '/plants', { raw: '' })).body.message, 'The request body is empty; send a JSON object.')
+        assert.equal((await call(server, 'POST', '/plants', { raw: '[]' })).body.message, 'The request body must be a JSON object.')
       })
     })
 
