@@ -725,7 +725,7 @@ export interface components {
                 "application/json": components["schemas"]["Error"];
             };
         };
-        /** @description The request was refused before it reached the operation: malformed HTTP (`400`), headers or body that stopped arriving (`408`), an `Expect` other than `100-continue` (`417`), headers too large (`431`). */
+        /** @description The request was refused before it reached the operation: malformed HTTP (`400`), headers or body that stopped arriving (`408`), a path longer than 2048 characters or a path parameter longer than 100 (`414`), an `Expect` other than `100-continue` (`417`), headers too large (`431`). */
         RequestRejected: {
             headers: {
                 [name: string]: unknown;
@@ -788,7 +788,7 @@ export interface components {
         ETag: string;
         /** @description The change log's position this answer shows: exactly the changes up to it. Follow `GET /plants/changes?after=` it to see every later change once (list-then-watch). */
         ChangesPosition: bigint;
-        /** @description `<...>; rel="next"`: where to read on. */
+        /** @description `<...>; rel="next"`: where to read on; on every JSON page, never on a stream. */
         LinkNext: string;
     };
     pathItems: never;
@@ -1214,6 +1214,8 @@ export interface operations {
             /** @description Subscribed. */
             201: {
                 headers: {
+                    /** @description The new subscription's path, `/webhooks/{webhookId}`. */
+                    Location?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1256,6 +1258,7 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             404: components["responses"]["WebhookNotFound"];
             405: components["responses"]["MethodNotAllowed"];
+            414: components["responses"]["PathTooLong"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["Unavailable"];
         };
@@ -1284,6 +1287,8 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             404: components["responses"]["WebhookNotFound"];
             405: components["responses"]["MethodNotAllowed"];
+            413: components["responses"]["TooLarge"];
+            414: components["responses"]["PathTooLong"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["Unavailable"];
         };
@@ -1314,6 +1319,9 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             404: components["responses"]["WebhookNotFound"];
             405: components["responses"]["MethodNotAllowed"];
+            413: components["responses"]["TooLarge"];
+            414: components["responses"]["PathTooLong"];
+            415: components["responses"]["UnsupportedMediaType"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["Unavailable"];
         };
@@ -1344,6 +1352,9 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             404: components["responses"]["WebhookNotFound"];
             405: components["responses"]["MethodNotAllowed"];
+            413: components["responses"]["TooLarge"];
+            414: components["responses"]["PathTooLong"];
+            415: components["responses"]["UnsupportedMediaType"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["Unavailable"];
         };
@@ -1383,6 +1394,7 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             404: components["responses"]["WebhookNotFound"];
             405: components["responses"]["MethodNotAllowed"];
+            414: components["responses"]["PathTooLong"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["Unavailable"];
         };
@@ -1424,6 +1436,9 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            413: components["responses"]["TooLarge"];
+            414: components["responses"]["PathTooLong"];
+            415: components["responses"]["UnsupportedMediaType"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["Unavailable"];
         };
@@ -1460,6 +1475,7 @@ export interface operations {
             405: components["responses"]["MethodNotAllowed"];
             410: components["responses"]["Gone"];
             413: components["responses"]["TooLarge"];
+            414: components["responses"]["PathTooLong"];
             415: components["responses"]["UnsupportedMediaType"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["Unavailable"];

@@ -43,7 +43,7 @@ export const webhooks: FastifyPluginAsync<WebhookRouteOptions> = async (app, { w
       const secret = newSecret()
       const subscription = await webhooks.create({ url, events, ...(tag === undefined ? {} : { tag }), secret }, new Date())
       poke()
-      return reply.code(201).send({ ...shown(subscription), secret })
+      return reply.code(201).header('location', `/webhooks/${subscription.id}`).send({ ...shown(subscription), secret })
     }
   })
 

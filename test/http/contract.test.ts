@@ -117,6 +117,17 @@ for (const store of testStores()) {
         }
         assert.ok(doc.paths['/plants'].get.responses['200'].headers.Link !== undefined, 'GET /plants 200 declares Link')
       })
+
+      await t.test('our secured operations list 414 where they take a path parameter, and 413 and 415 where they read a body', () => {
+        for (const [name, operation] of ownOperations(doc)) {
+          if ((operation.security ?? doc.security).length === 0) continue // the probes and the document: their 4XX covers these
+          const [method, path] = name.split(' ')
+          if (path.includes('{')) assert.ok(operation.responses['414'] !== undefined, `${name} lists 414`)
+          // Every body that reaches a route is read (DELETE's too, then ignored); a POST or PUT's must be JSON.
+          if (method !== 'GET') assert.ok(operation.responses['413'] !== undefined, `${name} lists 413`)
+          if (method === 'POST' || method === 'PUT') assert.ok(operation.responses['415'] !== undefined, `${name} lists 415`)
+        }
+      })
     })
   })
 }

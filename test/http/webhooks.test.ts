@@ -34,6 +34,8 @@ for (const kind of testStores()) {
       assert.match(secret, /^whsec_[A-Za-z0-9+/]+={0,2}$/)
       assert.ok(Buffer.from(secret.slice(6), 'base64').length >= 24, 'at least 24 random bytes')
       assert.ok(Number.isInteger(id) && id > 0)
+      assert.equal(created.headers.get('location'), `/webhooks/${id}`, 'a 201 names what it made (RFC 9110 15.3.2)')
+      assert.equal((await call(server, 'GET', created.headers.get('location')!)).body.id, id)
       assert.ok(!Number.isNaN(Date.parse(createdAt)))
       assert.deepEqual(rest, { url: 'http://127.0.0.1:9/hook', events: ['plant.created', 'plant.deleted'], tag: 'shade', enabled: true })
       const byDefault = await subscribe(server, { url: 'http://127.0.0.1:9/other' })
