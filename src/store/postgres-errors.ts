@@ -12,10 +12,14 @@ export function isUniqueViolation (error: unknown): boolean {
 /**
  * The database cannot answer now, rather than a bug: answered 503, not 500. The host is lost
  * (isHostLost), 57014 (a statement timeout), class 53 (too many connections, out of memory or
- * disk), serialization failures and deadlocks (40001, 40P01: a retry succeeds).
+ * disk), serialization failures and deadlocks (40001, 40P01: a retry succeeds). And the database
+ * refusing this service, which its operator undoes: class 28 (the role may not log in, a wrong
+ * password), 3D000 (no such database: renamed or dropped), 57P04 (dropped meanwhile), class 55
+ * (a database not accepting connections, a lock not available), 42501 (a privilege revoked).
  */
 export function isUnavailable (error: unknown): boolean {
-  return isHostLost(error) || isPoolBusy(error) || /^53/.test(sqlstateOf(error)) || ['57014', '40001', '40P01'].includes(sqlstateOf(error))
+  const state = sqlstateOf(error)
+  return isHostLost(error) || isPoolBusy(error) || /^(53|28|55)/.test(state) || ['57014', '40001', '40P01', '3D000', '57P04', '42501'].includes(state)
 }
 
 /** The pool had no connection free within the deadline: the process is busy, not the host lost. */

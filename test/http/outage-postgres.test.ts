@@ -1,9 +1,11 @@
 // A running server losing its PostgreSQL database: the connection is cut by a proxy the test
 // controls (reset, or a blackhole that answers nothing), never by stopping the shared server.
 import assert from 'node:assert/strict'
+import { randomBytes } from 'node:crypto'
 import { test, type TestContext } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { call, cli, isErrorBody, startServer, tempDir, type Answer, type Server } from '../helpers.js'
+import { queryOnce } from '../../scripts/postgres-query.js'
 import { adminQuery, PG_SKIP, PG_URL, pgSchema } from '../store/postgres-helpers.js'
 import { startTcpProxy, type TcpProxy } from '../tcp-proxy.js'
 
@@ -36,6 +38,13 @@ function assertQuietStderr (server: Server): void {
   assert.equal(server.stderr().replace(/^={78}\n[\s\S]*?\n={78}\n/, ''), '', 'stderr holds only the banner')
   const severe = server.stdout().split('\n').filter(line => /"level":(50|60)/.test(line))
   assert.deepEqual(severe, [], 'no error or fatal log line')
+}
+
+/** The test server's superuser URL, in database `database`. */
+function superuserUrl (database: string): string {
+  const url = new URL(PG_URL!)
+  url.pathname = `/${database}`
+  return url.href
 }
 
 /** Polls until `check` holds, every 100 ms, for at most `ms`; returns how long it took. */
@@ -147,4 +156,48 @@ if (PG_URL === undefined) {
       assertQuietStderr(server)
     })
   }
+
+  test('a database that refuses the service (its role may not log in, it takes no connections, a privilege revoked): 503 with Retry-After, /readyz too, never 500, and the server recovers by itself', async (t) => {
+    const name = `refusing_${randomBytes(4).toString('hex')}`
+    await adminQuery(`CREATE ROLE ${name} LOGIN`)
+    await adminQuery(`CREATE DATABASE ${name} OWNER ${name}`)
+    const endSessions = async (): Promise<void> => { await adminQuery('SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1', [name]) }
+    t.after(async () => {
+      await adminQuery(`ALTER DATABASE ${name} ALLOW_CONNECTIONS true`)
+      await endSessions()
+      await adminQuery(`DROP DATABASE IF EXISTS ${name}`)
+      await adminQuery(`DROP ROLE IF EXISTS ${name}`)
+    })
+    const url = new URL(PG_URL!)
+    url.username = name
+    url.pathname = `/${name}`
+    const server = await startServer(t, { env: { DATABASE_URL: url.href } })
+    assert.equal((await call(server, 'POST', '/plants', { body: { id: 1, name: 'Fern' } })).status, 200)
+    let next = 2
+    const refusals: Array<[string, string, string]> = [
+      ['its role may not log in (28000)', `ALTER ROLE ${name} NOLOGIN`, `ALTER ROLE ${name} LOGIN`],
+      ['it takes no connections (55000)', `ALTER DATABASE ${name} ALLOW_CONNECTIONS false`, `ALTER DATABASE ${name} ALLOW_CONNECTIONS true`],
+      ['a privilege revoked (42501)', `REVOKE INSERT ON ${name}.public.plants FROM ${name}`, `GRANT INSERT ON ${name}.public.plants TO ${name}`]
+    ]
+    for (const [why, refuse, undo] of refusals) {
+      // REVOKE and GRANT name the table of the other database: run them there, as its owner's superuser.
+      const run = async (sql: string): Promise<void> => { await (sql.includes('.public.') ? queryOnce(superuserUrl(name), sql.replace(`${name}.public.`, 'public.')) : adminQuery(sql)) }
+      await run(refuse)
+      await endSessions()
+      const answers = await Promise.all([
+        timed(server, 'POST', '/plants', { body: { id: next, name: 'Ivy' } }),
+        ...(why.includes('42501') ? [] : [timed(server, 'GET', '/plants/1'), timed(server, 'GET', '/readyz', { token: null })])
+      ])
+      for (const answer of answers) {
+        assert.ok(isErrorBody(answer, 503), `${why}, ${answer.what}: ${answer.status} ${answer.text}`)
+        assert.equal(answer.headers.get('retry-after'), '1', `${why}, ${answer.what}`)
+      }
+      await run(undo)
+      await within(5000, async () => (await call(server, 'POST', '/plants', { body: { id: next, name: 'Ivy' } })).status === 200)
+      next++
+    }
+    assert.equal((await call(server, 'GET', '/readyz', { token: null })).status, 200)
+    assert.equal(server.process.exitCode, null, 'the same process, never restarted')
+    assert.deepEqual(server.stdout().split('\n').filter(line => /"level":(50|60)/.test(line)), [], 'no error log line: no 500')
+  })
 }

@@ -31,6 +31,8 @@ test('a lost connection, a server shutting down or starting, and a read-only ref
   }
   assert.ok(isHostLost(new Error('Connection terminated unexpectedly')))
   for (const code of ['57014', '40001', '40P01', '53300']) assert.ok(isUnavailable({ code }) && !isHostLost({ code }), `${code}: a 503 on a host that is fine`)
+  // The database refusing the service (its operator's doing, and undoing): a 503, not a 500, and no failover search.
+  for (const code of ['28000', '28P01', '3D000', '57P04', '55000', '55P03', '42501']) assert.ok(isUnavailable({ code }) && !isHostLost({ code }), `${code}: a 503`)
   const busy = new Error('timeout exceeded when trying to connect') // pg-pool: no connection free within the deadline
   assert.ok(isUnavailable(busy) && !isHostLost(busy), 'a busy pool is a 503, not a failover')
   for (const code of ['23505', '42P01', '22021']) assert.ok(!isUnavailable({ code }), `${code}: a bug or a refusal, not a 503`)
