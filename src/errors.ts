@@ -334,9 +334,19 @@ function answerBeforeBody (response: ServerResponse, failure: { status: number, 
   response.writeHead(failure.status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body), connection: 'close' }).end(body)
 }
 
+/**
+ * How long a connection this server has closed after an answer outside Fastify stays open for
+ * reading: the client reads the answer before anything more it sends is refused with a reset (a
+ * lingering close, RFC 9112 9.6), and a client that never closes its side holds no descriptor
+ * for longer than this.
+ */
+const LINGER_MS = 2000
+
 /** Writes `failure` as a whole HTTP answer with the Error body straight to `socket`, and closes it: for answers outside Fastify. */
 function answerOnSocket (socket: Socket, failure: { status: number, message: string }): void {
   const body = errorBody(failure.status, failure.message)
   socket.end(`HTTP/1.1 ${failure.status} ${STATUS_CODES[failure.status] ?? ''}\r\n` +
     `Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`)
+  const drop = setTimeout(() => socket.destroy(), LINGER_MS).unref()
+  socket.once('close', () => clearTimeout(drop))
 }

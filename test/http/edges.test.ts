@@ -1,5 +1,8 @@
 import assert from 'node:assert/strict'
+import { readdirSync } from 'node:fs'
+import { connect, type Socket } from 'node:net'
 import { describe, test } from 'node:test'
+import { setTimeout as sleep } from 'node:timers/promises'
 import { call, isErrorBody, startServer, testStores, type Server } from '../helpers.js'
 import { isRawErrorBody, parseRaw, rawExchange } from '../raw.js'
 
@@ -68,6 +71,22 @@ for (const store of testStores()) {
       assert.ok(headers.closed && headers.ms >= 2000 && headers.ms <= 2400, `closed after ${headers.ms} ms`)
       const silent = await rawExchange(server, '', { waitMs: 5000 })
       assert.ok(silent.closed && silent.ms >= 2000 && silent.ms <= 2400, `closed after ${silent.ms} ms`)
+    })
+
+    test('a connection refused before routing (408 on its head) frees its descriptor soon, even when the client never closes its side', { skip: process.platform !== 'linux' && 'reads /proc' }, async (t) => {
+      const server = await startServer(t, { store, env: { REQUEST_TIMEOUT: '1' } })
+      const descriptors = (): number => readdirSync(`/proc/${server.process.pid!}/fd`).length
+      const before = descriptors()
+      const { hostname, port } = new URL(server.url)
+      const sockets = await Promise.all(Array.from({ length: 20 }, async () => await new Promise<Socket>((resolve, reject) => {
+        const socket = connect({ host: hostname, port: Number(port), allowHalfOpen: true }, () => socket.write('GET /plants HTTP/1.1\r\nHost: x\r\nX-A: '))
+        let text = ''
+        socket.setEncoding('utf8').on('data', (chunk: string) => { text += chunk }).on('error', reject)
+        socket.on('end', () => { assert.ok(isRawErrorBody(text, 408), text); resolve(socket) }) // answered, and the server's side closed; ours stays open
+      })))
+      t.after(() => { for (const socket of sockets) socket.destroy() })
+      await sleep(2500)
+      assert.ok(descriptors() <= before + 2, `the server holds ${descriptors() - before} more descriptors than before, 2.5 s after 20 refusals`)
     })
 
     test('a request that arrives whole just within REQUEST_TIMEOUT is answered, not refused', async (t) => {
