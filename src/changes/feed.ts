@@ -24,6 +24,9 @@ export class Feed {
   private polling = false
   private failing = false
   private closed = false
+  private settleStopped!: () => void
+  /** Settles once the server stops: a stream waiting on a reader that does not read waits no longer. */
+  readonly stopped = new Promise<void>(resolve => { this.settleStopped = resolve })
   /** Readers admitted and not yet released, by kind. */
   readonly open = { streams: 0, polls: 0 }
   /** Changes this process wrote, by type (the metrics read them when scraped). */
@@ -93,6 +96,7 @@ export class Feed {
     this.closed = true
     this.stopPolling()
     this.wakeAll()
+    this.settleStopped()
   }
 
   private moved (head: bigint): void {

@@ -64,6 +64,8 @@ export async function streamChanges ({ request, reply, store, feed, stillAllowed
   res.writeHead(200, STREAM_HEADERS)
   let left = false
   const gone = new Promise<void>(resolve => res.once('close', () => { left = true; resolve() }))
+  // A write waits for the reader to make room until it leaves, stalls, or the server stops.
+  const ended = Promise.race([gone, feed.stopped])
   const started = performance.now()
   let sent = 0
   let why = 'client left'
@@ -72,7 +74,7 @@ export async function streamChanges ({ request, reply, store, feed, stillAllowed
     let lastId: bigint | undefined
     let lastWrite = performance.now()
     let lastCheck = performance.now()
-    if (!await write(res, `retry: ${RETRY_MS}\n\n`, gone)) return
+    if (!await write(res, `retry: ${RETRY_MS}\n\n`, ended)) return
     for (;;) {
       let text = page.changes.map(change => event(change.position, change.type, serialize(changeOf(change)))).join('')
       if (page.changes.length > 0) lastId = page.changes[page.changes.length - 1].position
@@ -82,7 +84,7 @@ export async function streamChanges ({ request, reply, store, feed, stillAllowed
         lastId = page.next
       }
       if (text !== '') {
-        if (!await write(res, text, gone)) { why = left ? why : 'reader stalled'; return }
+        if (!await write(res, text, ended)) { why = left ? why : feed.closing ? 'server stopping' : 'reader stalled'; return }
         sent += page.changes.length
         lastWrite = performance.now()
       }
@@ -96,7 +98,7 @@ export async function streamChanges ({ request, reply, store, feed, stillAllowed
           if (!await stillAllowed(request, 'plants:read').catch(() => true)) { why = 'token no longer valid'; return }
         }
         if (now - lastWrite >= HEARTBEAT_MS) {
-          if (!await write(res, tag !== undefined && page.next !== lastId ? `: heartbeat\n\n${bookmark(page.next)}` : ': heartbeat\n\n', gone)) return
+          if (!await write(res, tag !== undefined && page.next !== lastId ? `: heartbeat\n\n${bookmark(page.next)}` : ': heartbeat\n\n', ended)) return
           if (tag !== undefined) lastId = page.next
           lastWrite = performance.now()
         }
@@ -111,23 +113,26 @@ export async function streamChanges ({ request, reply, store, feed, stillAllowed
   } catch (error) {
     why = `store unavailable: ${(error as Error).message}`
   } finally {
-    if (!res.destroyed) res.end()
+    // What the reader has not read yet it will read again from Last-Event-ID: a stream whose buffer
+    // is full is dropped, not ended, so that it does not hold its connection (and a stop) any longer.
+    if (res.writableNeedDrain) res.destroy()
+    else if (!res.destroyed) res.end()
     log.info({ reqId: request.id, method: request.method, route: '/plants/changes', status: 200, durationMs: Math.round(performance.now() - started), changes: sent, ended: why }, 'change stream ended')
   }
 }
 
 /**
- * Writes `text`, waiting while the socket's buffer is full: false if the client left, or did not
- * read for STALL_MS (then the connection is closed).
+ * Writes `text`, waiting while the socket's buffer is full: false if the client left, the server
+ * stops (`ended`), or the client did not read for STALL_MS (then the connection is closed).
  */
-async function write (res: ServerResponse, text: string, gone: Promise<void>): Promise<boolean> {
+async function write (res: ServerResponse, text: string, ended: Promise<void>): Promise<boolean> {
   if (res.destroyed) return false
   if (res.write(text)) return true
   let timer: NodeJS.Timeout | undefined
   const drained = await Promise.race([
     new Promise<boolean>(resolve => res.once('drain', () => resolve(true))),
     new Promise<boolean>(resolve => { timer = setTimeout(() => resolve(false), STALL_MS) }),
-    gone.then(() => false)
+    ended.then(() => false)
   ])
   clearTimeout(timer)
   if (!drained) res.destroy()

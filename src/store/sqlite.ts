@@ -210,16 +210,18 @@ export class SqliteStore implements Store {
   /**
    * Answers what is waiting (writes waiting for the lock, until their deadlines), then leaves a
    * self-contained `.db` file: the reader and the checkpointer close first, so the write
-   * connection is the last one; it empties the WAL into the database file and removes it.
+   * connection is the last one; it empties the WAL into the database file and removes it. Past
+   * `withinMs` it waits for no sync and no lock: a WAL it could not empty (another process holds
+   * the lock) stays beside the file, complete, for the next start.
    */
-  close (): Promise<void> {
-    this.closing ??= this.closeOnce()
+  close (withinMs = this.limits.writeTimeoutMs): Promise<void> {
+    this.closing ??= this.closeOnce(Date.now() + withinMs)
     return this.closing
   }
 
   private closing?: Promise<void>
 
-  private async closeOnce (): Promise<void> {
+  private async closeOnce (by: number): Promise<void> {
     this.reads.run() // reads and writes still waiting for the end of this turn go first
     this.pipeline.flush()
     while (this.pipeline.waiting > 0) {
@@ -227,12 +229,13 @@ export class SqliteStore implements Store {
       this.pipeline.flush()
     }
     this.closed = true
-    await this.wal.drain(this.limits.writeTimeoutMs)
+    const left = (): number => Math.max(0, Math.min(this.limits.writeTimeoutMs, by - Date.now()))
+    await this.wal.drain(left())
     this.db.close()
     await this.checkpoints.close()
     if (this.wal.suspect === undefined) {
       try {
-        checkpoint(this.writer.db, this.limits.writeTimeoutMs)
+        checkpoint(this.writer.db, left())
       } catch {
         // another process is checkpointing or writing: the WAL stays, and is not lost
       }

@@ -227,5 +227,6 @@ export interface Store {
 
   /** Resolves when the store can answer queries; throws StoreUnavailableError otherwise. */
   ping (): Promise<void>
-  close (): Promise<void>
+  /** Closes the store once the calls under way have ended; `withinMs` bounds its own waits (a lock, a sync), where it has any. */
+  close (withinMs?: number): Promise<void>
 }

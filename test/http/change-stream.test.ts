@@ -214,6 +214,20 @@ describe('stream bounds (SQLite)', { concurrency: 2 }, () => {
     assert.match(server.stdout(), /"ended":"reader stalled"/, 'the stalled reader\'s stream was closed')
     assert.ok(peak - before < 64, `RSS grew ${(peak - before).toFixed(1)} MiB (from ${before.toFixed(1)} to ${peak.toFixed(1)})`)
     assert.deepEqual(reader.events.filter(isChange).map(event => Number(event.id)), Array.from({ length: 10_000 }, (_, i) => i + 1))
+
+    // A second reader that stops reading, from the start of these 10,000 changes: its buffer fills
+    // at once. SIGTERM drops its stream then, rather than leaving it to hold the stop for the
+    // deadline (SHUTDOWN_TIMEOUT 10 s: the connections still open are closed at 9 s).
+    const second = connect(Number(new URL(server.url).port), '127.0.0.1')
+    t.after(() => second.destroy())
+    second.write(`GET /plants/changes?after=0 HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\nAuthorization: Bearer ${server.token}\r\n\r\n`)
+    second.pause()
+    await sleep(1000)
+    const signalled = performance.now()
+    server.process.kill('SIGTERM')
+    assert.equal(await server.exited, 0)
+    const took = performance.now() - signalled
+    assert.ok(took < 3000, `exited ${took.toFixed(0)} ms after SIGTERM, with a stream whose reader does not read`)
   })
 })
 

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict'
 import { spawn } from 'node:child_process'
 import { join } from 'node:path'
 import { describe, test } from 'node:test'
-import { accepting, alive, call, ROOT, startServer, tempDir, testStores } from '../helpers.js'
+import { accepting, alive, call, holdWriteLock, ROOT, startServer, tempDir, testStores } from '../helpers.js'
 import { rawExchange } from '../raw.js'
 
 for (const store of testStores()) {
@@ -59,6 +59,20 @@ for (const store of testStores()) {
     })
   })
 }
+
+test('SIGTERM while another process holds the SQLite write lock: exit 0 within SHUTDOWN_TIMEOUT; the WAL it could not empty is read at the next start', async (t) => {
+  const server = await startServer(t, { env: { SHUTDOWN_TIMEOUT: '2' } })
+  assert.equal((await call(server, 'POST', '/plants', { body: { id: 1, name: 'Kept' } })).status, 200)
+  const { released } = await holdWriteLock(t, server.dbPath, 4000)
+  const signalled = Date.now()
+  server.process.kill('SIGTERM')
+  assert.equal(await server.exited, 0)
+  const took = Date.now() - signalled
+  assert.ok(took < 2000, `exited ${took} ms after SIGTERM (SHUTDOWN_TIMEOUT 2 s)`)
+  await released
+  const again = await startServer(t, { databaseUrl: server.databaseUrl, token: server.token })
+  assert.equal((await call(again, 'GET', '/plants/1')).body.name, 'Kept')
+})
 
 // npm's part, whatever the store.
 test('SIGTERM sent to `npm start` stops the server too, leaving no process behind', async (t) => {
