@@ -109,7 +109,7 @@ export interface paths {
         };
         /**
          * Readiness probe
-         * @description The store is reachable; `503` when it is not.
+         * @description The store is reachable and takes writes; `503` when it does not (out of reach, refusing the service, or taking no writes: a PostgreSQL standby or a primary made read-only; on SQLite, an fdatasync of its write-ahead log failed).
          */
         get: operations["ready"];
         put?: never;

@@ -420,8 +420,10 @@ export class PostgresStore implements Store {
     return importPostgres(() => this.connectAlone(), source, options)
   }
 
+  /** Ready means writes can succeed: a host that takes none (a standby, a primary made read-only) is not ready. */
   async ping (): Promise<void> {
-    await this.run('reads', async () => await this.query('SELECT 1'))
+    const { rows } = await this.run('reads', async () => await this.query<{ readOnly: string }>('SELECT current_setting(\'transaction_read_only\') AS "readOnly"'))
+    if (rows[0]?.readOnly === 'on') throw new StoreUnavailableError('The database host takes no writes now: a standby, or a primary made read-only.')
   }
 
   /**

@@ -157,7 +157,7 @@ if (PG_URL === undefined) {
     })
   }
 
-  test('a database that refuses the service (its role may not log in, it takes no connections, a privilege revoked): 503 with Retry-After, /readyz too, never 500, and the server recovers by itself', async (t) => {
+  test('a database that refuses the service (its role may not log in, it takes no connections or no writes, a privilege revoked): 503 with Retry-After, /readyz too, never 500, and the server recovers by itself', async (t) => {
     const name = `refusing_${randomBytes(4).toString('hex')}`
     await adminQuery(`CREATE ROLE ${name} LOGIN`)
     await adminQuery(`CREATE DATABASE ${name} OWNER ${name}`)
@@ -177,7 +177,9 @@ if (PG_URL === undefined) {
     const refusals: Array<[string, string, string]> = [
       ['its role may not log in (28000)', `ALTER ROLE ${name} NOLOGIN`, `ALTER ROLE ${name} LOGIN`],
       ['it takes no connections (55000)', `ALTER DATABASE ${name} ALLOW_CONNECTIONS false`, `ALTER DATABASE ${name} ALLOW_CONNECTIONS true`],
-      ['a privilege revoked (42501)', `REVOKE INSERT ON ${name}.public.plants FROM ${name}`, `GRANT INSERT ON ${name}.public.plants TO ${name}`]
+      ['a privilege revoked (42501)', `REVOKE INSERT ON ${name}.public.plants FROM ${name}`, `GRANT INSERT ON ${name}.public.plants TO ${name}`],
+      // Every session read-only, as on a standby or a primary made read-only: not ready either (SPEC section 10).
+      ['it takes no writes (25006)', `ALTER DATABASE ${name} SET default_transaction_read_only = on`, `ALTER DATABASE ${name} RESET default_transaction_read_only`]
     ]
     for (const [why, refuse, undo] of refusals) {
       // REVOKE and GRANT name the table of the other database: run them there, as its owner's superuser.
@@ -186,13 +188,16 @@ if (PG_URL === undefined) {
       await endSessions()
       const answers = await Promise.all([
         timed(server, 'POST', '/plants', { body: { id: next, name: 'Ivy' } }),
-        ...(why.includes('42501') ? [] : [timed(server, 'GET', '/plants/1'), timed(server, 'GET', '/readyz', { token: null })])
+        // A read goes on where only writes are refused; readiness means writes can succeed.
+        ...(why.includes('42501') || why.includes('25006') ? [] : [timed(server, 'GET', '/plants/1')]),
+        ...(why.includes('42501') ? [] : [timed(server, 'GET', '/readyz', { token: null })])
       ])
       for (const answer of answers) {
         assert.ok(isErrorBody(answer, 503), `${why}, ${answer.what}: ${answer.status} ${answer.text}`)
         assert.equal(answer.headers.get('retry-after'), '1', `${why}, ${answer.what}`)
       }
       await run(undo)
+      await endSessions()
       await within(5000, async () => (await call(server, 'POST', '/plants', { body: { id: next, name: 'Ivy' } })).status === 200)
       next++
     }
