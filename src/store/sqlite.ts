@@ -1,5 +1,5 @@
 import type Database from 'better-sqlite3'
-import { closeSync, fsyncSync, openSync } from 'node:fs'
+import { closeSync, fsyncSync, openSync, statSync } from 'node:fs'
 import { dirname } from 'node:path'
 import { StoreUnavailableError } from '../errors.js'
 import { Checkpoints } from './sqlite-checkpoints.js'
@@ -42,6 +42,22 @@ export const DEFAULT_LIMITS: StoreLimits = { writesInFlight: 1024, readsPending:
  * WalSync (sqlite-wal.ts), Checkpoints (sqlite-checkpoints.ts); this class opens the files and
  * the connections, holds the statements of the reads, and closes it all in order.
  */
+/**
+ * Tells whether the files at `paths` are still the ones opened now: a file removed (its directory
+ * deleted) or replaced under a running store would take the writes it acknowledges with it.
+ */
+function filesWatch (paths: string[]): () => string | undefined {
+  const identity = (path: string): string | undefined => {
+    const stats = statSync(path, { throwIfNoEntry: false })
+    return stats === undefined ? undefined : `${stats.dev}:${stats.ino}`
+  }
+  const opened = paths.map(identity)
+  return () => {
+    const index = paths.findIndex((path, i) => identity(path) !== opened[i])
+    return index < 0 ? undefined : `${paths[index]} was removed or replaced while the service ran`
+  }
+}
+
 export class SqliteStore implements Store {
   private readonly db: Database.Database
   private readonly sql
@@ -93,6 +109,7 @@ export class SqliteStore implements Store {
     this.checkpoints = new Checkpoints(path, this.writer.walFrames, this.stats)
     // Once the store is closing, no checkpoint starts: the write connection's own, last, empties the WAL.
     this.wal = new WalSync(this.walFd, this.stats, () => { if (!this.closed) this.checkpoints.maybe() })
+    this.wal.lostFiles = filesWatch([path, `${path}-wal`])
     this.pipeline = new WritePipeline(this.writer, this.wal, this.limits, this.stats, (writes) => this.onCommit?.(writes))
     this.reads = new ReadBatches(this.db, this.wal, this.limits, this.stats)
     this.sql = {

@@ -38,3 +38,19 @@ test('a full disk answers writes 503 with Retry-After, never 500; reads go on, a
   assert.ok(stored.length > 0)
   for (const id of stored) assert.equal((await call(server, 'GET', `/plants/${id}`)).status, 200, `plant ${id} answered 200 and must be readable`)
 })
+
+test('the data directory removed under a running server: writes answer 503, never 200 (they would go with the files), /readyz 503; reads go on', async (t) => {
+  const parent = mkdtempSync(join(tmpdir(), 'plantstore-gone-'))
+  t.after(() => rmSync(parent, { recursive: true, force: true }))
+  const server = await startServer(t, { dir: join(parent, 'data') })
+  assert.equal((await call(server, 'POST', '/plants', { body: { id: 1, name: 'Fern' } })).status, 200)
+  rmSync(join(parent, 'data'), { recursive: true })
+  for (const id of [2, 3]) {
+    const answer = await call(server, 'POST', '/plants', { body: { id, name: 'Gone' } })
+    assert.ok(isErrorBody(answer, 503), `POST ${id}: ${answer.status} ${answer.text}`)
+    assert.ok(answer.headers.get('retry-after') !== null)
+  }
+  assert.ok(isErrorBody(await call(server, 'GET', '/readyz', { token: null }), 503))
+  assert.equal((await call(server, 'GET', '/plants/1')).status, 200, 'what it holds is still read')
+  assert.match(server.stdout(), /was removed or replaced while the service ran/)
+})
