@@ -24,9 +24,8 @@ export class Feed {
   private polling = false
   private failing = false
   private closed = false
-  private settleStopped!: () => void
-  /** Settles once the server stops: a stream waiting on a reader that does not read waits no longer. */
-  readonly stopped = new Promise<void>(resolve => { this.settleStopped = resolve })
+  /** Told once the server stops: a stream waiting on a reader that does not read waits no longer. */
+  private readonly stopListeners = new Set<() => void>()
   /** Readers admitted and not yet released, by kind. */
   readonly open = { streams: 0, polls: 0 }
   /** Changes this process wrote, by type (the metrics read them when scraped). */
@@ -96,7 +95,18 @@ export class Feed {
     this.closed = true
     this.stopPolling()
     this.wakeAll()
-    this.settleStopped()
+    for (const listener of this.stopListeners) listener()
+    this.stopListeners.clear()
+  }
+
+  /** Calls `listener` once the server stops (at once if it has); the function returned forgets it. */
+  whenStopped (listener: () => void): () => void {
+    if (this.closed) {
+      listener()
+      return () => {}
+    }
+    this.stopListeners.add(listener)
+    return () => { this.stopListeners.delete(listener) }
   }
 
   private moved (head: bigint): void {

@@ -65,7 +65,8 @@ export async function streamChanges ({ request, reply, store, feed, stillAllowed
   let left = false
   const gone = new Promise<void>(resolve => res.once('close', () => { left = true; resolve() }))
   // A write waits for the reader to make room until it leaves, stalls, or the server stops.
-  const ended = Promise.race([gone, feed.stopped])
+  let forgetStop = (): void => {}
+  const ended = Promise.race([gone, new Promise<void>(resolve => { forgetStop = feed.whenStopped(resolve) })])
   const started = performance.now()
   let sent = 0
   let why = 'client left'
@@ -113,6 +114,7 @@ export async function streamChanges ({ request, reply, store, feed, stillAllowed
   } catch (error) {
     why = `store unavailable: ${(error as Error).message}`
   } finally {
+    forgetStop()
     // What the reader has not read yet it will read again from Last-Event-ID: a stream whose buffer
     // is full is dropped, not ended, so that it does not hold its connection (and a stop) any longer.
     if (res.writableNeedDrain) res.destroy()

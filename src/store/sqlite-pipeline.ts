@@ -50,6 +50,13 @@ export class WritePipeline {
     })
   }
 
+  /** Answers every write still waiting 503, unstored: the store closes and cannot wait for the lock any longer. */
+  refuseWaiting (): void {
+    const refusal = new StoreUnavailableError(`The store closed while the write waited for the database: ${this.lockError}`, 'deadline')
+    for (const write of this.outbox) write.reject(refusal)
+    this.outbox = []
+  }
+
   /**
    * Commits every write asked for since the last flush and still within its deadline; those past
    * it are answered 503 without running, so a write answered 503 here is not stored. When

@@ -9,8 +9,6 @@ import type { WriteResult } from './sqlite-writes.js'
 
 /** How often the backstop looks for answers whose fdatasync has not come back past their deadline, in ms. */
 export const SWEEP_MS = 250
-/** The longest time between two looks at whether the store's files are still where they were, while commits are made. */
-const FILES_CHECK_MS = 10
 
 /** A caller waiting for the store: the settling functions of its promise. */
 export interface Waiter { resolve: (value: unknown) => void, reject: (error: Error) => void }
@@ -45,12 +43,10 @@ export class WalSync {
   /** The fdatasync used; a test may put a failing or hanging one in its place. */
   syncWal: (fd: number, callback: (error: NodeJS.ErrnoException | null) => void) => void = fdatasync
   /**
-   * Why the synced commits may still not last (the files were removed or replaced under the
-   * store), or undefined: asked after an fdatasync, before its answers go out, at most once
-   * every FILES_CHECK_MS.
+   * Why the synced commits may still not last (the files were removed under the store), or
+   * undefined: asked after every fdatasync, before its answers go out.
    */
   lostFiles: () => string | undefined = () => undefined
-  private filesCheckedAt = 0
   /** Commits made, and the last one an fdatasync covered. */
   private committed = 0
   private synced = 0
@@ -113,12 +109,8 @@ export class WalSync {
     this.syncWal(this.fd, (error) => {
       this.syncing = false
       if (error !== null) return this.refuseFromNowOn(`The fdatasync of the WAL failed (${describe(error)}); writes are refused until the service restarts.`)
-      const now = performance.now()
-      if (now - this.filesCheckedAt >= FILES_CHECK_MS) {
-        this.filesCheckedAt = now
-        const lost = this.lostFiles()
-        if (lost !== undefined) return this.refuseFromNowOn(`${lost}; writes are refused until the service restarts.`)
-      }
+      const lost = this.lostFiles()
+      if (lost !== undefined) return this.refuseFromNowOn(`${lost}; writes are refused until the service restarts.`)
       this.synced = target
       while (this.awaiting.length > 0 && this.awaiting[0].commit <= target) {
         const batch = this.awaiting.shift()!
@@ -138,7 +130,7 @@ export class WalSync {
   /**
    * An fdatasync of the WAL failed (EIO, ENOSPC…): the kernel may have dropped the pages it could
    * not write and will not report it again, so no later sync proves them on disk. Or the files
-   * were removed (or replaced) under the store: what it writes goes to files no one will open
+   * were removed (or replaced) under the store: what it writes goes to files that no one can open
    * again. Either way every answer waiting is 503, and from now on so is every write, until the
    * service restarts (and SQLite's recovery checks the WAL frame by frame).
    */

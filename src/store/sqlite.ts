@@ -1,8 +1,9 @@
 import type Database from 'better-sqlite3'
-import { closeSync, fsyncSync, openSync, statSync } from 'node:fs'
+import { closeSync, fstatSync, fsyncSync, openSync } from 'node:fs'
 import { dirname } from 'node:path'
 import { StoreUnavailableError } from '../errors.js'
 import { Checkpoints } from './sqlite-checkpoints.js'
+import { describe } from './describe.js'
 import { openDatabase } from './sqlite-driver.js'
 import { makePrivate } from './sqlite-files.js'
 import { LOCK_POLL_MS, WritePipeline } from './sqlite-pipeline.js'
@@ -43,18 +44,19 @@ export const DEFAULT_LIMITS: StoreLimits = { writesInFlight: 1024, readsPending:
  * the connections, holds the statements of the reads, and closes it all in order.
  */
 /**
- * Tells whether the files at `paths` are still the ones opened now: a file removed (its directory
- * deleted) or replaced under a running store would take the writes it acknowledges with it.
+ * Tells whether a file held open at `fd` has been removed (its directory deleted, or another
+ * file renamed over it): then the writes the store acknowledges go to a file no one can open again.
  */
-function filesWatch (paths: string[]): () => string | undefined {
-  const identity = (path: string): string | undefined => {
-    const stats = statSync(path, { throwIfNoEntry: false })
-    return stats === undefined ? undefined : `${stats.dev}:${stats.ino}`
-  }
-  const opened = paths.map(identity)
+function removedFiles (files: Array<[path: string, fd: number]>): () => string | undefined {
   return () => {
-    const index = paths.findIndex((path, i) => identity(path) !== opened[i])
-    return index < 0 ? undefined : `${paths[index]} was removed or replaced while the service ran`
+    for (const [path, fd] of files) {
+      try {
+        if (fstatSync(fd).nlink === 0) return `${path} was removed while the service ran`
+      } catch (error) {
+        return `${path} cannot be examined (${describe(error)})`
+      }
+    }
+    return undefined
   }
 }
 
@@ -65,6 +67,8 @@ export class SqliteStore implements Store {
   private readonly writer: Writer
   /** An fd of the -wal file, opened once SQLite's write connection holds it open: the same inode. */
   private readonly walFd: number
+  /** An fd of the database file, held to tell whether the file is still there (its link count). */
+  private readonly dbFd: number
   /**
    * Commits (one per transaction) and the writes they carried: writes / transactions is the
    * group-commit factor; fdatasyncs of the WAL; checkpoints started. Reads and their batches
@@ -109,7 +113,8 @@ export class SqliteStore implements Store {
     this.checkpoints = new Checkpoints(path, this.writer.walFrames, this.stats)
     // Once the store is closing, no checkpoint starts: the write connection's own, last, empties the WAL.
     this.wal = new WalSync(this.walFd, this.stats, () => { if (!this.closed) this.checkpoints.maybe() })
-    this.wal.lostFiles = filesWatch([path, `${path}-wal`])
+    this.dbFd = openSync(path, 'r')
+    this.wal.lostFiles = removedFiles([[path, this.dbFd], [`${path}-wal`, this.walFd]])
     this.pipeline = new WritePipeline(this.writer, this.wal, this.limits, this.stats, (writes) => this.onCommit?.(writes))
     this.reads = new ReadBatches(this.db, this.wal, this.limits, this.stats)
     this.sql = {
@@ -225,7 +230,8 @@ export class SqliteStore implements Store {
   }
 
   /**
-   * Answers what is waiting (writes waiting for the lock, until their deadlines), then leaves a
+   * Answers what is waiting (writes waiting for the lock, until their deadlines or `withinMs`,
+   * whichever comes first: then 503, unstored), then leaves a
    * self-contained `.db` file: the reader and the checkpointer close first, so the write
    * connection is the last one; it empties the WAL into the database file and removes it. Past
    * `withinMs` it waits for no sync and no lock: a WAL it could not empty (another process holds
@@ -242,6 +248,10 @@ export class SqliteStore implements Store {
     this.reads.run() // reads and writes still waiting for the end of this turn go first
     this.pipeline.flush()
     while (this.pipeline.waiting > 0) {
+      if (Date.now() >= by) {
+        this.pipeline.refuseWaiting()
+        break
+      }
       await new Promise(resolve => setTimeout(resolve, LOCK_POLL_MS))
       this.pipeline.flush()
     }
@@ -259,5 +269,6 @@ export class SqliteStore implements Store {
     }
     this.writer.db.close()
     closeSync(this.walFd)
+    closeSync(this.dbFd)
   }
 }
