@@ -63,10 +63,7 @@ export async function streamChanges ({ request, reply, store, feed, stillAllowed
   for (const [name, value] of Object.entries(reply.getHeaders())) if (value !== undefined) res.setHeader(name, value)
   res.writeHead(200, STREAM_HEADERS)
   let left = false
-  const gone = new Promise<void>(resolve => res.once('close', () => { left = true; resolve() }))
-  // A write waits for the reader to make room until it leaves, stalls, or the server stops.
-  let forgetStop = (): void => {}
-  const ended = Promise.race([gone, new Promise<void>(resolve => { forgetStop = feed.whenStopped(resolve) })])
+  res.once('close', () => { left = true })
   const started = performance.now()
   let sent = 0
   let why = 'client left'
@@ -75,7 +72,7 @@ export async function streamChanges ({ request, reply, store, feed, stillAllowed
     let lastId: bigint | undefined
     let lastWrite = performance.now()
     let lastCheck = performance.now()
-    if (!await write(res, `retry: ${RETRY_MS}\n\n`, ended)) return
+    if (!await writeWhenRoom(res, `retry: ${RETRY_MS}\n\n`, feed)) return
     for (;;) {
       let text = page.changes.map(change => event(change.position, change.type, serialize(changeOf(change)))).join('')
       if (page.changes.length > 0) lastId = page.changes[page.changes.length - 1].position
@@ -85,7 +82,7 @@ export async function streamChanges ({ request, reply, store, feed, stillAllowed
         lastId = page.next
       }
       if (text !== '') {
-        if (!await write(res, text, ended)) { why = left ? why : feed.closing ? 'server stopping' : 'reader stalled'; return }
+        if (!await writeWhenRoom(res, text, feed)) { why = left ? why : feed.closing ? 'server stopping' : 'reader stalled'; return }
         sent += page.changes.length
         lastWrite = performance.now()
       }
@@ -99,12 +96,12 @@ export async function streamChanges ({ request, reply, store, feed, stillAllowed
           if (!await stillAllowed(request, 'plants:read').catch(() => true)) { why = 'token no longer valid'; return }
         }
         if (now - lastWrite >= HEARTBEAT_MS) {
-          if (!await write(res, tag !== undefined && page.next !== lastId ? `: heartbeat\n\n${bookmark(page.next)}` : ': heartbeat\n\n', ended)) return
+          if (!await writeWhenRoom(res, tag !== undefined && page.next !== lastId ? `: heartbeat\n\n${bookmark(page.next)}` : ': heartbeat\n\n', feed)) return
           if (tag !== undefined) lastId = page.next
           lastWrite = performance.now()
         }
         const wait = Math.min(HEARTBEAT_MS - (performance.now() - lastWrite), RECHECK_MS - (performance.now() - lastCheck))
-        await Promise.race([feed.beyond(page.next, Math.max(1, wait)), gone])
+        await untilClosed(res, feed.beyond(page.next, Math.max(1, wait)))
       }
       if (left) return
       const next = await store.changes({ after: page.next, limit: STREAM_PAGE, tag })
@@ -114,7 +111,6 @@ export async function streamChanges ({ request, reply, store, feed, stillAllowed
   } catch (error) {
     why = `store unavailable: ${(error as Error).message}`
   } finally {
-    forgetStop()
     // What the reader has not read yet it will read again from Last-Event-ID: a stream whose buffer
     // is full is dropped, not ended, so that it does not hold its connection (and a stop) any longer.
     if (res.writableNeedDrain) res.destroy()
@@ -124,19 +120,44 @@ export async function streamChanges ({ request, reply, store, feed, stillAllowed
 }
 
 /**
- * Writes `text`, waiting while the socket's buffer is full: false if the client left, the server
- * stops (`ended`), or the client did not read for STALL_MS (then the connection is closed).
+ * `work`, or the response's close if that comes first. Its listener goes with the call: a race
+ * with one promise that lives as long as the stream would keep a reaction on it for every call.
  */
-async function write (res: ServerResponse, text: string, ended: Promise<void>): Promise<boolean> {
+export async function untilClosed (res: ServerResponse, work: Promise<unknown>): Promise<void> {
+  await new Promise<void>(resolve => {
+    const done = (): void => {
+      res.off('close', done)
+      resolve()
+    }
+    res.once('close', done)
+    work.then(done, done)
+  })
+}
+
+/**
+ * Writes `text`, waiting while the socket's buffer is full: false if the client left, the server
+ * stops, or the client did not read for STALL_MS (then the connection is closed). Each wait's
+ * listeners and timer go with it.
+ */
+export async function writeWhenRoom (res: ServerResponse, text: string, feed: Pick<Feed, 'whenStopped'>): Promise<boolean> {
   if (res.destroyed) return false
   if (res.write(text)) return true
-  let timer: NodeJS.Timeout | undefined
-  const drained = await Promise.race([
-    new Promise<boolean>(resolve => res.once('drain', () => resolve(true))),
-    new Promise<boolean>(resolve => { timer = setTimeout(() => resolve(false), STALL_MS) }),
-    ended.then(() => false)
-  ])
-  clearTimeout(timer)
+  const drained = await new Promise<boolean>(resolve => {
+    let forgetStop = (): void => {}
+    const settle = (value: boolean) => (): void => {
+      clearTimeout(timer)
+      res.off('drain', onDrain)
+      res.off('close', onEnd)
+      forgetStop()
+      resolve(value)
+    }
+    const onDrain = settle(true)
+    const onEnd = settle(false)
+    const timer = setTimeout(onEnd, STALL_MS)
+    res.once('drain', onDrain)
+    res.once('close', onEnd)
+    forgetStop = feed.whenStopped(onEnd)
+  })
   if (!drained) res.destroy()
   return drained
 }
