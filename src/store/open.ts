@@ -1,5 +1,6 @@
 import { resolve } from 'node:path'
 import { ConfigError, isPostgresUrl } from '../config.js'
+import { sqlstateOf } from './postgres-errors.js'
 import { NoStoreError } from './postgres-schema.js'
 import { PostgresStore } from './postgres.js'
 import { describe } from './describe.js'
@@ -24,6 +25,8 @@ export async function openStore (databaseUrl: string, { create = true }: { creat
     } catch (error) {
       // The URL may hold a password: the line names the cause, not the URL.
       if (error instanceof NoStoreError) throw new ConfigError('There is no store in the PostgreSQL database in DATABASE_URL (its search_path holds no plantstore tables).')
+      // No schema to create the tables in: the search_path names only schemas that do not exist.
+      if (sqlstateOf(error) === '3F000') throw new ConfigError('Cannot open the PostgreSQL database in DATABASE_URL: its search_path names no schema that exists; create it first (CREATE SCHEMA name) or fix the search_path option.')
       throw new ConfigError(`Cannot open the PostgreSQL database in DATABASE_URL: ${ending(describe(error))}`)
     }
   }

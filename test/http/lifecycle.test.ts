@@ -5,6 +5,7 @@ import { connect, createServer, type AddressInfo } from 'node:net'
 import { join } from 'node:path'
 import { describe, test } from 'node:test'
 import { BANNER_TOKEN, call, cli, freshDatabase, MAIN, startServer, tempDir, testStores } from '../helpers.js'
+import { PG_SKIP, PG_URL } from '../store/postgres-helpers.js'
 
 function startFails (env: NodeJS.ProcessEnv): { status: number | null, stderr: string } {
   const result = spawnSync(process.execPath, [MAIN, 'serve'], { env: { ...process.env, ...env }, encoding: 'utf8', timeout: 10_000 })
@@ -196,6 +197,14 @@ test('a data path through a symbolic link to nowhere fails at start with one lin
   const result = startFails({ PORT: '0', DATABASE_URL: join(dir, 'link', 'data', 'plantstore.db') })
   assert.equal(result.status, 1)
   assertOneLine(result.stderr, /^plantstore: Cannot open the database at .*: ENOENT: no such file or directory, mkdir /)
+})
+
+test('a PostgreSQL search_path naming no schema that exists fails at start with one line that says what to create', { skip: PG_URL === undefined ? PG_SKIP : false }, () => {
+  const url = new URL(PG_URL!)
+  url.searchParams.set('options', '-c search_path=no_such_schema_here')
+  const failed = startFails({ PORT: '0', DATABASE_URL: url.href })
+  assert.equal(failed.status, 1)
+  assertOneLine(failed.stderr, /^plantstore: Cannot open the PostgreSQL database in DATABASE_URL: its search_path names no schema that exists; create it first \(CREATE SCHEMA name\)/)
 })
 
 test('a start on a host name that does not resolve fails with one line', (t) => {
