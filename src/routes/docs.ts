@@ -14,7 +14,48 @@ interface Asset { type: string, bytes: Buffer, gzipped?: Promise<Buffer> }
 // Swagger UI's start, in a file of its own so that the page needs no inline script. The document
 // is the served one (relative to /docs, so a path prefix in front of the service keeps working);
 // validatorUrl null: Swagger UI would otherwise send the document to validator.swagger.io.
-const START = "window.ui = SwaggerUIBundle({ url: 'openapi.json', dom_id: '#swagger-ui', validatorUrl: null })\n"
+// Swagger UI pretty-prints a JSON answer by parsing it, which rounds integers beyond 2^53 (ids are
+// int64): an answer that holds a number of 16 digits or more is shown as its own text instead,
+// indented without being parsed (strings kept whole, escapes included).
+const START = `function indentJson (text) {
+  let out = ''
+  let depth = 0
+  let inString = false
+  for (let i = 0; i < text.length; i++) {
+    const c = text[i]
+    if (inString) {
+      out += c
+      if (c === '\\\\') out += text[++i]
+      else if (c === '"') inString = false
+    } else if (c === '"') {
+      out += c
+      inString = true
+    } else if ((c === '{' && text[i + 1] === '}') || (c === '[' && text[i + 1] === ']')) {
+      out += c + text[++i]
+    } else if (c === '{' || c === '[') {
+      out += c + '\\n' + '  '.repeat(++depth)
+    } else if (c === '}' || c === ']') {
+      out += '\\n' + '  '.repeat(--depth) + c
+    } else if (c === ',') {
+      out += ',\\n' + '  '.repeat(depth)
+    } else if (c === ':') {
+      out += ': '
+    } else if (!/\\s/.test(c)) {
+      out += c
+    }
+  }
+  return out
+}
+const exactNumbers = () => ({
+  wrapComponents: {
+    responseBody: (Original, system) => (props) => {
+      const exact = typeof props.content === 'string' && /json/i.test(props.contentType || '') && /\\d{16}/.test(props.content)
+      return system.React.createElement(Original, exact ? { ...props, contentType: 'text/plain', content: indentJson(props.content) } : props)
+    }
+  }
+})
+window.ui = SwaggerUIBundle({ url: 'openapi.json', dom_id: '#swagger-ui', validatorUrl: null, plugins: [exactNumbers] })
+`
 
 /** Only this service's own files, no inline script or style; data: for the icons in Swagger UI's CSS. */
 const CSP = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; " +

@@ -59,6 +59,20 @@ test('the /docs page shows POST /plants from the served document, creates a plan
   const stored = await call(server, 'GET', '/plants/4711')
   assert.deepEqual(stored.body, { id: 4711, name: 'Fern from the docs page', tag: 'shade' })
 
+  // An id beyond 2^53 is shown as the service sent it: Swagger UI's own pretty-printing parses the
+  // JSON and would show 9223372036854775807 as 9223372036854776000.
+  const biggest = '9223372036854775807'
+  assert.equal((await call(server, 'POST', '/plants', { raw: `{"id": ${biggest}, "name": "Largest"}` })).status, 200)
+  const read = page.locator('.opblock-get').filter({ has: page.getByText('/plants/{id}', { exact: true }) })
+  await read.getByRole('button', { name: /^GET\s*\/plants\/\{id\}/ }).click()
+  await read.getByRole('button', { name: 'Try it out' }).click()
+  await read.locator('input[placeholder="id"]').fill(biggest)
+  await read.getByRole('button', { name: 'Execute' }).click()
+  await read.locator('.live-responses-table .response-col_status').getByText('200', { exact: true }).waitFor()
+  const shownBody = await read.locator('.live-responses-table .response-col_description pre').first().innerText()
+  assert.match(shownBody, new RegExp(`"id": ${biggest}`), shownBody)
+  assert.match(shownBody, /"name": "Largest"/, 'indented as Swagger UI would')
+
   t.diagnostic(`requests: ${requests.map(request => `${request.method()} ${request.url().slice(0, 80)}${finished.has(request) ? '' : ' (unfinished)'}`).join(', ')}`)
   mkdirSync(ARTIFACTS, { recursive: true })
   await page.screenshot({ path: join(ARTIFACTS, 'docs.png'), fullPage: true })
