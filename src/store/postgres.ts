@@ -420,10 +420,18 @@ export class PostgresStore implements Store {
     return importPostgres(() => this.connectAlone(), source, options)
   }
 
-  /** Ready means writes can succeed: a host that takes none (a standby, a primary made read-only) is not ready. */
+  /**
+   * Ready means writes can succeed: a host that takes none (a standby, a primary demoted or made
+   * read-only) is not ready, and the store looks for one that does, as a failed write would (a
+   * probe may be all that reaches an instance its balancer has taken out of rotation).
+   */
   async ping (): Promise<void> {
+    const pool = this.pool
     const { rows } = await this.run('reads', async () => await this.query<{ readOnly: string }>('SELECT current_setting(\'transaction_read_only\') AS "readOnly"'))
-    if (rows[0]?.readOnly === 'on') throw new StoreUnavailableError('The database host takes no writes now: a standby, or a primary made read-only.')
+    if (rows[0]?.readOnly === 'on') {
+      this.search(pool)
+      throw new StoreUnavailableError('The database host takes no writes now: a standby, or a primary made read-only.')
+    }
   }
 
   /**

@@ -110,3 +110,18 @@ test('an asynchronous standby promoted: writes acknowledged while it lagged are 
   t.diagnostic(`${lost.length} of 50 acknowledged writes lost`)
   assert.deepEqual(lost, Array.from({ length: 30 }, (_, i) => i + 21))
 })
+
+test('the host made read-only and its standby promoted while no write comes: /readyz, polled alone, finds the new primary', { skip: CLUSTER_SKIP ?? false, timeout: 60_000 }, async (t) => {
+  const { primary, standby } = await primaryAndStandby(t, { synchronous: false })
+  // Several hosts and no target_session_attrs: the service takes the one that is not read-only.
+  const server = await startServer(t, { databaseUrl: `postgres://postgres@127.0.0.1:${primary.port},127.0.0.1:${standby.port}/postgres` })
+  assert.equal((await call(server, 'POST', '/plants', { body: { id: 1, name: 'Fern' } })).status, 200)
+  await waitFor(async () => (await standby.query<{ n: number }>('SELECT count(*)::int AS n FROM plants')).rows[0].n === 1, 'the standby has the plant')
+  await primary.query('ALTER SYSTEM SET default_transaction_read_only = on')
+  await primary.query('SELECT pg_reload_conf()')
+  await standby.promote()
+  // No write reaches the server (its balancer would have taken it out of rotation): only probes.
+  await waitFor(async () => (await fetch(`${server.url}/readyz`)).status === 200, '/readyz ready on the promoted standby', 10_000)
+  assert.equal((await call(server, 'POST', '/plants', { body: { id: 2, name: 'Ivy' } })).status, 200)
+  assert.equal((await standby.query<{ n: number }>('SELECT count(*)::int AS n FROM plants')).rows[0].n, 2, 'written to the new primary')
+})
