@@ -149,17 +149,20 @@ if (PG_URL === undefined) {
     t.after(() => holder.end())
     await holder.query('BEGIN')
     await holder.query('SELECT head FROM change_log FOR UPDATE') // every plant write waits for the head
-    const turn = async (): Promise<void> => { await new Promise(resolve => setImmediate(resolve)) }
-    const begun = [outcome(store.create({ id: 1n, name: 'a' }))]
-    await turn()
-    begun.push(outcome(store.create({ id: 2n, name: 'b' })))
-    await turn()
-    const queued = outcome(store.create({ id: 3n, name: 'c' })) // two batches are under way: this one waits
-    assert.deepEqual(await Promise.all([...begun, queued]), ['unavailable', 'unavailable', 'unavailable'])
+    // Asked for in one turn, so that every deadline starts before any batch's statement (asked a
+    // turn apart, a batch's statement timeout could free its place a moment before the last
+    // caller's deadline, and that create begin). A batch takes 256: two are under way, the last waits.
+    const last = 513n
+    const answers = Array.from({ length: Number(last) }, (_, i) => outcome(store.create({ id: BigInt(i + 1), name: `p${i + 1}` })))
+    assert.deepEqual(new Set(await Promise.all(answers)), new Set(['unavailable']))
+    // The lock is kept past the statement timeout of the two under way (the same 300 ms, counted
+    // by the server from their statements): they roll back. Had the last create been run once
+    // their places freed, it would be waiting for the lock now, and would take it.
+    await new Promise(resolve => setTimeout(resolve, 200))
     await holder.query('ROLLBACK')
     await new Promise(resolve => setTimeout(resolve, 300))
-    assert.equal(await store.get(3n), undefined, 'answered 503 before it began: not stored')
-    assert.equal((await store.create({ id: 3n, name: 'c' })).outcome, 'created')
+    assert.equal(await store.get(last), undefined, 'answered 503 before it began: not stored')
+    assert.equal((await store.create({ id: last, name: 'c' })).outcome, 'created')
   })
 
   test('a name or tag holding U+0000, which PostgreSQL text cannot keep, is refused as the client\'s error and nothing is stored', async (t) => {
