@@ -31,19 +31,6 @@ export interface StoreLimits {
 export const DEFAULT_LIMITS: StoreLimits = { writesInFlight: 1024, readsPending: 1024, writeTimeoutMs: 2000 }
 
 /**
- * The embedded store: one SQLite file in WAL mode. Reads run on this thread in batches, one per
- * turn of the event loop. Writes too: the writes of one turn are one transaction (a few
- * microseconds each) whose COMMIT writes the WAL without syncing it; the store then fdatasyncs
- * the WAL on libuv's thread pool and answers the turn's callers when that sync, begun after
- * their commit, returns. The next turn may commit while a sync runs (its writes wait for the
- * next one). Checkpoints run on a thread of their own. Both reads and writes are bounded
- * (`StoreLimits`): a write waits until its deadline at most, and past a cap the store throws
- * StoreUnavailableError at once. docs/durability.md argues why an answer is durable.
- * Each job has its module: ReadBatches (sqlite-reads.ts), WritePipeline (sqlite-pipeline.ts),
- * WalSync (sqlite-wal.ts), Checkpoints (sqlite-checkpoints.ts); this class opens the files and
- * the connections, holds the statements of the reads, and closes it all in order.
- */
-/**
  * Tells whether a file held open at `fd` has been removed (its directory deleted, or another
  * file renamed over it): then the writes the store acknowledges go to a file no one can open again.
  */
@@ -60,6 +47,19 @@ function removedFiles (files: Array<[path: string, fd: number]>): () => string |
   }
 }
 
+/**
+ * The embedded store: one SQLite file in WAL mode. Reads run on this thread in batches, one per
+ * turn of the event loop. Writes too: the writes of one turn are one transaction (a few
+ * microseconds each) whose COMMIT writes the WAL without syncing it; the store then fdatasyncs
+ * the WAL on libuv's thread pool and answers the turn's callers when that sync, begun after
+ * their commit, returns. The next turn may commit while a sync runs (its writes wait for the
+ * next one). Checkpoints run on a thread of their own. Both reads and writes are bounded
+ * (`StoreLimits`): a write waits until its deadline at most, and past a cap the store throws
+ * StoreUnavailableError at once. docs/durability.md argues why an answer is durable.
+ * Each job has its module: ReadBatches (sqlite-reads.ts), WritePipeline (sqlite-pipeline.ts),
+ * WalSync (sqlite-wal.ts), Checkpoints (sqlite-checkpoints.ts); this class opens the files and
+ * the connections, holds the statements of the reads, and closes it all in order.
+ */
 export class SqliteStore implements Store {
   private readonly db: Database.Database
   private readonly sql
