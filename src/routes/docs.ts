@@ -7,6 +7,7 @@ import { gzip } from 'node:zlib'
 import type { FastifyPluginAsync } from 'fastify'
 import { document, route } from '../contract.js'
 import { ApiError } from '../errors.js'
+import { indentJson } from './indent-json.js'
 
 /** A file the reference page loads, kept in memory; its gzip is made on first demand. */
 interface Asset { type: string, bytes: Buffer, gzipped?: Promise<Buffer> }
@@ -16,36 +17,8 @@ interface Asset { type: string, bytes: Buffer, gzipped?: Promise<Buffer> }
 // validatorUrl null: Swagger UI would otherwise send the document to validator.swagger.io.
 // Swagger UI pretty-prints a JSON answer by parsing it, which rounds integers beyond 2^53 (ids are
 // int64): an answer that holds a number of 16 digits or more is shown as its own text instead,
-// indented without being parsed (strings kept whole, escapes included).
-const START = `function indentJson (text) {
-  let out = ''
-  let depth = 0
-  let inString = false
-  for (let i = 0; i < text.length; i++) {
-    const c = text[i]
-    if (inString) {
-      out += c
-      if (c === '\\\\') out += text[++i]
-      else if (c === '"') inString = false
-    } else if (c === '"') {
-      out += c
-      inString = true
-    } else if ((c === '{' && text[i + 1] === '}') || (c === '[' && text[i + 1] === ']')) {
-      out += c + text[++i]
-    } else if (c === '{' || c === '[') {
-      out += c + '\\n' + '  '.repeat(++depth)
-    } else if (c === '}' || c === ']') {
-      out += '\\n' + '  '.repeat(--depth) + c
-    } else if (c === ',') {
-      out += ',\\n' + '  '.repeat(depth)
-    } else if (c === ':') {
-      out += ': '
-    } else if (!/\\s/.test(c)) {
-      out += c
-    }
-  }
-  return out
-}
+// indented without being parsed (src/routes/indent-json.ts).
+const START = `${indentJson.toString()}
 const exactNumbers = () => ({
   wrapComponents: {
     responseBody: (Original, system) => (props) => {
