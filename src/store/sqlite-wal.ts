@@ -42,11 +42,6 @@ interface AwaitingSync {
 export class WalSync {
   /** The fdatasync used; a test may put a failing or hanging one in its place. */
   syncWal: (fd: number, callback: (error: NodeJS.ErrnoException | null) => void) => void = fdatasync
-  /**
-   * Why the synced commits may still not last (the files were removed under the store), or
-   * undefined: asked after every fdatasync, before its answers go out.
-   */
-  lostFiles: () => string | undefined = () => undefined
   /** Commits made, and the last one an fdatasync covered. */
   private committed = 0
   private synced = 0
@@ -62,9 +57,12 @@ export class WalSync {
 
   /**
    * `fd` is an fd of the -wal file; `stats.syncs` counts the fdatasyncs; `onSynced` is called after
-   * each one that returned (the store then looks at the WAL's size, for a checkpoint).
+   * each one that returned (the store then looks at the WAL's size, for a checkpoint). `lostFiles`
+   * tells why the synced commits may still not last (the files were removed under the store), or
+   * undefined: asked after every fdatasync, before its answers go out.
    */
-  constructor (private readonly fd: number, private readonly stats: { syncs: number }, private readonly onSynced: () => void) {
+  constructor (private readonly fd: number, private readonly stats: { syncs: number }, private readonly onSynced: () => void,
+    private readonly lostFiles: () => string | undefined) {
     this.sweeper = setInterval(() => this.expireAnswers(), SWEEP_MS).unref()
   }
 

@@ -92,8 +92,12 @@ export class SqliteStore implements Store {
     this.writer = openWriter(path)
     // The write connection opened (creating it if needed) the -wal file while it prepared its
     // statements, and holds it open; while it does, SQLite neither deletes nor replaces that file.
+    const opened: number[] = []
     try {
       this.walFd = openSync(`${path}-wal`, 'r+')
+      opened.push(this.walFd)
+      this.dbFd = openSync(path, 'r') // held to tell whether the file is still there (removedFiles)
+      opened.push(this.dbFd)
       // The WAL's name in its directory must survive a power loss too; SQLite syncs it when it
       // first syncs the WAL, which this connection never does itself.
       const dir = openSync(dirname(path), 'r')
@@ -103,7 +107,9 @@ export class SqliteStore implements Store {
         closeSync(dir)
       }
     } catch (error) {
+      // The connection first: closing any fd of the file drops the POSIX locks SQLite holds on it.
       this.writer.db.close()
+      for (const fd of opened) closeSync(fd)
       throw error
     }
     this.db = openDatabase(path, { readonly: true })
@@ -112,9 +118,8 @@ export class SqliteStore implements Store {
     configure(this.db)
     this.checkpoints = new Checkpoints(path, this.writer.walFrames, this.stats)
     // Once the store is closing, no checkpoint starts: the write connection's own, last, empties the WAL.
-    this.wal = new WalSync(this.walFd, this.stats, () => { if (!this.closed) this.checkpoints.maybe() })
-    this.dbFd = openSync(path, 'r')
-    this.wal.lostFiles = removedFiles([[path, this.dbFd], [`${path}-wal`, this.walFd]])
+    this.wal = new WalSync(this.walFd, this.stats, () => { if (!this.closed) this.checkpoints.maybe() },
+      removedFiles([[path, this.dbFd], [`${path}-wal`, this.walFd]]))
     this.pipeline = new WritePipeline(this.writer, this.wal, this.limits, this.stats, (writes) => this.onCommit?.(writes))
     this.reads = new ReadBatches(this.db, this.wal, this.limits, this.stats)
     this.sql = {
