@@ -181,3 +181,20 @@ time.sleep(2)
   await done
   assert.deepEqual((await store.get(1n))?.plant, { id: 1n, name: 'Fern' }, 'once the other process is done, reads answer again')
 })
+
+test('a close given less time than a waiting write\'s deadline refuses it then, unstored, and leaves the file to the next open', async (t) => {
+  const { store, path, lock, release } = await lockedStore(t, { writeTimeoutMs: 5000 })
+  lock()
+  const waiting = timed(store.create({ id: 1n, name: 'waiting' })) // its own deadline is 5 s away
+  await sleep(50)
+  const closed = timed(store.close(300))
+  const refused = await waiting
+  assert.ok(refused.error instanceof StoreUnavailableError, `refused as unavailable, got ${String(refused.error)}`)
+  assert.ok(refused.ms < 1500, `refused within the close's 300 ms, not at its own deadline: ${refused.ms} ms`)
+  const { ms } = await closed
+  assert.ok(ms < 1500, `the close took ${ms} ms`)
+  release()
+  const again = new SqliteStore(path)
+  t.after(() => again.close())
+  assert.equal(await again.get(1n), undefined, 'never stored')
+})
