@@ -8,8 +8,9 @@ const LITERAL = /^(-?)(\d+)(?:\.(\d+))?(?:[eE]([+-]?\d+))?$/
 
 /**
  * The exact value of a JSON number literal: a number when that is exact, a bigint for an
- * integer beyond 2^53 of up to 20 digits (a longer one is its double: no field takes it). A non-integer whose nearest double is an integer (1e-400, 2^60 + 0.5)
- * becomes NaN, so that no integer check can mistake it for one.
+ * integer beyond 2^53 of up to 20 digits (a longer one is its double: no field takes it). A
+ * non-integer whose nearest double is an integer (1e-400, 2^60 + 0.5) becomes NaN, so that no
+ * integer check can mistake it for one.
  */
 export function exactNumber (literal: string): number | bigint {
   const value = Number(literal)
