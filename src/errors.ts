@@ -248,14 +248,19 @@ export function installErrorHandling (app: FastifyInstance, log: Logger, refused
     refused('expectationFailed')
     answerBeforeBody(response, failures.expectationFailed)
   })
-  // Expect: 100-continue asks whether to send the body: one declared over the limit is refused
-  // now (RFC 9110 10.1.1), not after it was sent; any other goes on as it would without the header.
+  // Expect: 100-continue asks whether to send the body (RFC 9110 10.1.1): one declared over the
+  // limit is refused now. Any other is told to go on when its body is first read (Fastify resumes
+  // the stream), after the edge checks, routing, auth and the rate limit: a request refused by
+  // those gets its answer instead of the 100, and Node closes the connection after it.
   app.server.on('checkContinue', (request: IncomingMessage, response: ServerResponse) => {
     if (Number(request.headers['content-length']) > BODY_LIMIT) {
       refused('bodyTooLarge')
       return answerBeforeBody(response, failures.bodyTooLarge)
     }
-    response.writeContinue()
+    request.once('resume', () => {
+      // Node also resumes a request to discard its unread body once answered: no 100 then.
+      if (!response.headersSent) response.writeContinue()
+    })
     app.server.emit('request', request, response)
   })
 

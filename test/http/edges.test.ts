@@ -44,6 +44,28 @@ for (const store of testStores()) {
       assert.equal((await call(server, 'GET', '/healthz', { token: null })).status, 200)
     })
 
+    test('Expect: 100-continue is answered 100 only once the body is wanted: a request refused before (token, route, method) gets its answer instead, and its connection closes', async (t) => {
+      const server = await startServer(t, { store })
+      const body = '{"id": 101, "name": "Sent after the 100"}'
+      const head = (line: string, auth: string): string => `${line} HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n${auth}Content-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n`
+      const cases: Array<[string, string, number]> = [
+        ['no token', head('POST /plants', ''), 401],
+        ['an unknown token', head('POST /plants', 'Authorization: Bearer pst_unknownunknownunknownunknown00\r\n'), 401],
+        ['no route', head('POST /nowhere', `Authorization: Bearer ${server.token}\r\n`), 404],
+        ['a method the path does not take', head('PATCH /plants', `Authorization: Bearer ${server.token}\r\n`), 405]
+      ]
+      for (const [what, bytes, status] of cases) {
+        const answer = await rawExchange(server, bytes, { waitMs: 1500 })
+        assert.doesNotMatch(answer.text, /100 Continue/, `${what}: no 100 before the refusal`)
+        assert.ok(isRawErrorBody(answer.text, status), `${what}: ${answer.text}`)
+        assert.ok(answer.closed, `${what}: the server closed the connection (the client was not told to send its body)`)
+      }
+      // Allowed: the 100 comes before the body is sent, then the answer.
+      const allowed = await rawExchange(server, [head('POST /plants', `Authorization: Bearer ${server.token}\r\n`), body], { waitMs: 1500, gapMs: 500 })
+      assert.match(allowed.text, /^HTTP\/1\.1 100 Continue\r\n\r\nHTTP\/1\.1 200 OK\r\n/, allowed.text)
+      assert.equal((await call(server, 'GET', '/plants/101')).body.name, 'Sent after the 100')
+    })
+
     test('a path longer than 2048 characters is 414 with the Error body, whether or not it names a route; a long query is no long path', async (t) => {
       const server = await startServer(t, { store })
       for (const path of [`/${'a'.repeat(2048)}`, `/plants${'/x'.repeat(1021)}`, `/plants/1/${'%41'.repeat(700)}`]) {
