@@ -1159,6 +1159,15 @@ export interface operations {
                     "text/css": string;
                 };
             };
+            /** @description `GET /docs/` (an empty name: the page's address with a slash, from where its relative links would not resolve) is sent to the page. */
+            301: {
+                headers: {
+                    /** @description `../docs`, relative, so that a path prefix in front of the service keeps working. */
+                    Location?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
             /** @description No file of the reference has this name. */
             404: {
                 headers: {

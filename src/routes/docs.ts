@@ -99,6 +99,8 @@ export const docs: FastifyPluginAsync = async (app) => {
   app.route<{ Params: { file: string } }>({
     ...route('apiReferenceFile'),
     handler: async (request, reply) => {
+      // `/docs/` is the page's address with a slash, from where its relative links would not resolve.
+      if (request.params.file === '') return reply.redirect('../docs', 301)
       const asset = reference().assets.get(request.params.file)
       if (asset === undefined) throw new ApiError('fileNotFound')
       // Compressed once, off the event loop, when first asked for: 1.7 MB of script is 0.46 MB gzipped.

@@ -5,9 +5,9 @@ import { gunzipSync } from 'node:zlib'
 import { call, isErrorBody, startServer, type Server } from '../helpers.js'
 
 /** The raw bytes of a GET, with the headers given: fetch would undo a gzip. */
-async function rawGet (server: Server, path: string, headers: Record<string, string>): Promise<{ status: number, headers: Record<string, string | string[] | undefined>, bytes: Buffer }> {
+async function rawGet (server: Server, path: string, headers: Record<string, string>, method = 'GET'): Promise<{ status: number, headers: Record<string, string | string[] | undefined>, bytes: Buffer }> {
   return await new Promise((resolve, reject) => {
-    request(server.url + path, { headers }, response => {
+    request(server.url + path, { headers, method }, response => {
       const chunks: Buffer[] = []
       response.on('data', (chunk: Buffer) => chunks.push(chunk))
       response.on('end', () => resolve({ status: response.statusCode ?? 0, headers: response.headers, bytes: Buffer.concat(chunks) }))
@@ -61,4 +61,17 @@ test('/docs answers like any route: 405 with Allow for another method, 404 for a
     assert.ok(isErrorBody(answer, 404), `${path}: ${answer.status} ${answer.text}`)
     assert.equal(answer.headers.get('cache-control'), null, `${path}: a 404 is not cached for good`)
   }
+})
+
+test('/docs/ (the page with a slash, where its relative links would not resolve) redirects to /docs', async (t) => {
+  const server = await startServer(t)
+  for (const method of ['GET', 'HEAD']) {
+    const answer = await rawGet(server, '/docs/', {}, method)
+    assert.equal(answer.status, 301, method)
+    assert.equal(answer.headers.location, '../docs', `${method}: relative, so that a path prefix in front of the service keeps working`)
+    assert.equal(new URL(String(answer.headers.location), `${server.url}/docs/`).pathname, '/docs')
+  }
+  const followed = await fetch(`${server.url}/docs/`)
+  assert.equal(followed.status, 200)
+  assert.match(await followed.text(), /swagger-ui/)
 })
