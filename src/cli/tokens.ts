@@ -78,6 +78,13 @@ async function create (store: Store, wanted: Omit<NewToken, 'digest'>): Promise<
   process.stderr.write(`Created token ${created.id} "${created.name}" (${created.scopes.join(', ')}). It is shown only this once.\n`)
 }
 
+/** One line a token on stdout; none at all says so on stderr, so that the stdout of a script stays empty. */
+async function list (store: Store): Promise<void> {
+  const tokens = await store.listTokens()
+  for (const token of tokens) process.stdout.write(describeToken(token) + '\n')
+  if (tokens.length === 0) process.stderr.write('No tokens in this store; plantstore tokens create --name NAME makes one.\n')
+}
+
 async function revoke (store: Store, nameOrId: string): Promise<void> {
   const revoked = await store.revokeToken(nameOrId)
   if (revoked === undefined) throw new ConfigError(`No active token is named ${quoted(nameOrId)} and none has that id.`)
@@ -113,7 +120,7 @@ export async function tokens (args: string[]): Promise<void> {
   const store = await openForCommand(databaseUrlOf(parsed.values['database-url'] as string | undefined))
   try {
     if (wanted !== undefined) await create(store, wanted)
-    else if (subcommand === 'list') for (const token of await store.listTokens()) process.stdout.write(describeToken(token) + '\n')
+    else if (subcommand === 'list') await list(store)
     else await revoke(store, nameOrId)
   } finally {
     await store.close()

@@ -8,6 +8,8 @@ import { cli, freshDatabase, MAIN, tempDir, testStores } from '../helpers.js'
 import { withStore } from '../stored.js'
 
 const ONE_LINE = /^plantstore: [^\n]+\n$/
+/** What `tokens list` says on stderr of a store without tokens. */
+const NO_TOKENS = 'No tokens in this store; plantstore tokens create --name NAME makes one.\n'
 const YEAR_MS = 365.25 * 86_400_000
 
 // The commands on either store.
@@ -34,7 +36,7 @@ for (const store of testStores()) {
       test('a tokens command on a new PostgreSQL schema says nothing of a new store: the database exists, the operator made it', async (t) => {
         const listed = cli(await freshDatabase(t, store), ['tokens', 'list'])
         assert.equal(listed.status, 0, listed.stderr)
-        assert.deepEqual([listed.stdout, listed.stderr], ['', ''])
+        assert.deepEqual([listed.stdout, listed.stderr], ['', NO_TOKENS])
       })
     }
 
@@ -48,6 +50,18 @@ for (const store of testStores()) {
       assert.deepEqual(lines.map(([id, name, scopes, state]) => [id, name, scopes, state]), [['1', 'reader', 'plants:read', 'active'], ['2', 'admin', 'admin,plants:write', 'active']])
       assert.match(lines[0][5], /^expires 20\d\d-/)
       assert.equal(lines[1][5], 'never expires')
+    })
+
+    test('tokens list on a store without tokens prints nothing on stdout and says so on stderr', async (t) => {
+      const database = await freshDatabase(t, store)
+      const empty = cli(database, ['tokens', 'list'])
+      assert.equal(empty.status, 0, empty.stderr)
+      assert.equal(empty.stdout, '')
+      assert.ok(empty.stderr.endsWith(NO_TOKENS), empty.stderr)
+      cli(database, ['tokens', 'create', '--name', 'reader', '--scope', 'plants:read'])
+      const one = cli(database, ['tokens', 'list'])
+      assert.equal(one.stdout.split('\n').length, 2, one.stdout)
+      assert.equal(one.stderr, '', 'a store with a token lists it, and says nothing else')
     })
 
     test('tokens list keeps a name stored before names were checked on its own line and column', async (t) => {
@@ -105,11 +119,12 @@ test('a tokens command that creates a new store says so on stderr with its absol
   const first = cli(dir, ['tokens', 'list'], { DATABASE_URL: undefined }, dir)
   assert.equal(first.status, 0)
   assert.equal(first.stdout, '')
-  assert.match(first.stderr, ONE_LINE)
+  assert.ok(first.stderr.endsWith(NO_TOKENS), first.stderr)
+  assert.match(first.stderr.slice(0, -NO_TOKENS.length), ONE_LINE)
   assert.ok(first.stderr.includes(`no store at ${join(dir, 'data', 'plantstore.db')} yet, so a new, empty one is created there`), first.stderr)
   assert.ok(existsSync(join(dir, 'data', 'plantstore.db')))
   const again = cli(dir, ['tokens', 'list'], { DATABASE_URL: undefined }, dir)
-  assert.equal(again.stderr, '')
+  assert.equal(again.stderr, NO_TOKENS, 'not announced again')
 })
 
 test('token names are 1 to 64 of [A-Za-z0-9._-], not all digits; others are refused with one line before any store is made', (t) => {
