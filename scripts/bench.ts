@@ -22,6 +22,7 @@ import { createServer } from 'node:net'
 import { availableParallelism, cpus, loadavg, totalmem, tmpdir } from 'node:os'
 import { dirname, join, resolve } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
+import { compileYardsticks } from './compile-yardsticks.js'
 import { queryOnce } from './postgres-query.js'
 import { openDatabase, SQLITE_BINDING } from '../src/store/sqlite-driver.js'
 
@@ -323,15 +324,11 @@ function createToken (databaseUrl: string, root = ROOT, name = 'bench', scope?: 
  * Compiled to plain JS first: under tsx a yardstick would carry a loader thread and an esbuild
  * process, and their memory. Into node_modules/.cache, so that it finds better-sqlite3.
  */
-function compileYardsticks (): string {
+function compiledYardsticks (): string {
   mkdirSync(join(ROOT, 'node_modules/.cache'), { recursive: true })
   const dir = mkdtempSync(join(ROOT, 'node_modules/.cache/plantstore-bench-'))
   tempDirs.push(dir)
-  const tsc = join(ROOT, 'node_modules/.bin/tsc')
-  const args = ['--ignoreConfig', '--outDir', dir, '--module', 'nodenext', '--moduleResolution', 'nodenext', '--target', 'es2022', '--types', 'node', '--skipLibCheck', '--strict', 'scripts/yardsticks.ts', 'scripts/yardstick-fastify.ts']
-  const run = spawnSync(tsc, args, { cwd: ROOT, encoding: 'utf8' })
-  if (run.status !== 0) throw new Error(`compiling scripts/yardsticks.ts failed:\n${run.stdout}${run.stderr}`)
-  writeFileSync(join(dir, 'package.json'), '{"type":"module"}\n')
+  compileYardsticks(ROOT, dir)
   return join(dir, 'yardsticks.js')
 }
 
@@ -877,7 +874,7 @@ async function runSqlite (options: Options): Promise<{ rows: Row[], service: Ser
   const dir = tempDir()
   const databaseUrl = join(dir, 'plantstore.db')
   const token = createToken(databaseUrl)
-  const script = compileYardsticks()
+  const script = compiledYardsticks()
   const reads = options.only.some(s => s !== 'post')
   if (reads) seedFile(join(dir, 'seeded.db'))
   const yardsticks = new Map<YardstickName, Server>()
@@ -932,7 +929,7 @@ async function freshSchema (url: string, root = ROOT): Promise<{ schemaUrl: stri
 /** Each instance count and scenario on a fresh schema: N service processes against N yardstick processes. */
 async function runPostgres (options: Options & { databaseUrl: string }): Promise<Row[]> {
   const dir = tempDir()
-  const script = compileYardsticks()
+  const script = compiledYardsticks()
   const rows: Row[] = []
   for (const instances of options.instances) {
     for (const scenario of options.only) {

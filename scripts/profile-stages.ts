@@ -17,6 +17,7 @@ import { connect, createServer } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
+import { compileYardsticks } from './compile-yardsticks.js'
 import { queryOnce } from './postgres-query.js'
 
 interface CallFrame { functionName: string, url: string }
@@ -32,7 +33,7 @@ const STAGES: Array<[string, (f: CallFrame) => boolean]> = [
   ['store: pg driver (protocol, pool, rows)', f => /node_modules\/(pg|pg-[a-z]+|postgres-[a-z]+)\//.test(f.url)],
   ['store: queries, results, bookkeeping', f => /store\/(sqlite|postgres)[^/]*\.js|better-sqlite3/.test(f.url)],
   ['auth (token check)', f => /dist\/(auth|token-cache|tokens)\.js/.test(f.url)],
-  ['route handler (the yardstick\'s)', f => /yardstick-fastify/.test(f.url)],
+  ['route handler (the yardstick\'s)', f => /yardstick-fastify\.js/.test(f.url)],
   ['edge checks, rate limit', f => /dist\/(edge|rate-limit)\.js/.test(f.url)],
   ['metrics, CORS', f => /dist\/(metrics\/[a-z]+|cors)\.js/.test(f.url)],
   ['request log (pino)', f => /node_modules\/(pino|sonic-boom|fast-redact|quick-format-unescaped)\//.test(f.url)],
@@ -134,7 +135,8 @@ async function main (): Promise<void> {
     // The Fastify durable yardstick instead (POST on SQLite only): what the service's own share is measured against.
     const yardstick = process.env.PROFILE_SERVER === 'fastify'
     if (yardstick && (scenario !== 'post' || postgresUrl !== undefined)) throw new Error('PROFILE_SERVER=fastify: POST on SQLite only')
-    const program = yardstick ? ['--import', 'tsx', 'scripts/yardstick-fastify.ts'] : ['dist/cli/main.js', 'serve']
+    if (yardstick) compileYardsticks(ROOT, join(dir, 'yardsticks'))
+    const program = yardstick ? [join(dir, 'yardsticks', 'yardstick-fastify.js')] : ['dist/cli/main.js', 'serve']
     const [command, ...args] = pinned(0, [process.execPath, ...startFlags, '--cpu-prof', `--cpu-prof-dir=${profiles}`, ...program])
     const server = spawn(command, args, { cwd: ROOT, env: { ...env, PLANTSTORE_ROOT: ROOT, DATABASE_PATH: databaseUrl, YARDSTICK_TOKEN: token }, stdio: 'ignore' })
     while (!await accepting(port)) await sleep(50)
