@@ -1,6 +1,7 @@
 import { isUtf8 } from 'node:buffer'
 import { randomBytes } from 'node:crypto'
-import Fastify, { type FastifyInstance, type onSendHookHandler } from 'fastify'
+import { createServer } from 'node:http'
+import Fastify, { type FastifyInstance, type FastifyServerFactory, type onSendHookHandler } from 'fastify'
 import pino, { type Logger } from 'pino'
 import { installAuth } from './auth.js'
 import { Feed } from './changes/feed.js'
@@ -60,6 +61,34 @@ function requestIds (): () => string {
   return () => `${tag}-${(++count).toString(36)}`
 }
 
+/**
+ * The HTTP server, which hands Fastify the requests of a connection one at a time: Node parses
+ * pipelined requests as they arrive and would start them all at once, so that a DELETE sent after
+ * a POST on one connection could run before the POST's commit (RFC 9112 9.3.2 allows that for safe
+ * methods only). A request whose connection is still busy with the answer before it starts once
+ * that answer is done, when Node hands its own answer the connection.
+ *
+ * A request's headers and body may take `requestTimeoutMs` to arrive; one still arriving then is
+ * answered 408 (clientErrorHandler) and its connection closed, at Node's next look for late
+ * requests: never before the limit, and at most ARRIVAL_CHECK_MS after it.
+ */
+function inOrder (requestTimeoutMs: number): FastifyServerFactory {
+  return (handler) => {
+    const server = createServer({
+      requestTimeout: requestTimeoutMs,
+      headersTimeout: requestTimeoutMs,
+      keepAliveTimeout: KEEP_ALIVE_TIMEOUT_MS,
+      connectionsCheckingInterval: ARRIVAL_CHECK_MS,
+      // Node would answer a request without Host with an empty 400; the edge check answers it.
+      requireHostHeader: false
+    }, (request, response) => {
+      if (response.socket === null) response.once('socket', () => handler(request, response))
+      else handler(request, response)
+    })
+    return server
+  }
+}
+
 /** A HEAD answer's last onSend: a 304, and the head of an event stream, carry no Content-Length (neither has a body of that length). */
 const withoutMisstatedLength: onSendHookHandler = (_request, reply, payload, done) => {
   if (reply.statusCode === 304 || String(reply.getHeader('content-type')).startsWith('text/event-stream')) reply.removeHeader('content-length')
@@ -79,17 +108,7 @@ export async function buildApp ({ config, store: bareStore, log = pino({ level: 
     logger: false,
     genReqId: requestIds(),
     bodyLimit: BODY_LIMIT,
-    // A request's headers and body may take REQUEST_TIMEOUT to arrive; one still arriving then is
-    // answered 408 (clientErrorHandler) and its connection closed, at Node's next look for late
-    // requests: never before the limit, and at most ARRIVAL_CHECK_MS after it.
-    requestTimeout: config.requestTimeout * 1000,
-    keepAliveTimeout: KEEP_ALIVE_TIMEOUT_MS,
-    http: {
-      headersTimeout: config.requestTimeout * 1000,
-      connectionsCheckingInterval: ARRIVAL_CHECK_MS,
-      // Node would answer a request without Host with an empty 400; the edge check answers it.
-      requireHostHeader: false
-    },
+    serverFactory: inOrder(config.requestTimeout * 1000),
     clientErrorHandler: clientErrorHandler(refused),
     // A path that cannot be routed is answered before any hook runs: its CORS headers are added here.
     frameworkErrors: cors === undefined

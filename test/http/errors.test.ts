@@ -75,6 +75,19 @@ for (const store of testStores()) {
         assert.ok(!lines.some(line => line.status === 499), 'no request is taken for one whose client left')
       })
 
+      await t.test('pipelined: each request runs after the one before it is answered, so it sees that one\'s change (RFC 9112 9.3.2)', async () => {
+        const auth = `Authorization: Bearer ${server.token}\r\n`
+        const body = (name: string): string => `{"id": 80, "name": "${name}"}`
+        const write = (method: string, path: string, data?: string): string => `${method} ${path} HTTP/1.1\r\nHost: x\r\n${auth}` +
+          (data === undefined ? '\r\n' : `Content-Type: application/json\r\nContent-Length: ${data.length}\r\n\r\n${data}`)
+        const bytes = write('POST', '/plants', body('First')) + write('GET', '/plants/80') + write('PUT', '/plants/80', body('Second')) +
+          write('GET', '/plants/80') + write('DELETE', '/plants/80') + write('GET', '/plants/80') + write('DELETE', '/plants/80')
+        const answer = await rawExchange(server, bytes, { waitMs: 3000 })
+        assert.deepEqual([...answer.text.matchAll(/HTTP\/1\.1 (\d{3}) /g)].map(match => Number(match[1])), [200, 200, 200, 200, 204, 404, 404], answer.text)
+        assert.deepEqual([...answer.text.matchAll(/"name":"(\w+)"/g)].map(match => match[1]), ['First', 'First', 'Second', 'Second'])
+        assert.equal((await call(server, 'GET', '/plants/80')).status, 404, 'the DELETE ran after the POST: the plant is gone')
+      })
+
       await t.test('malformed HTTP is answered 400 with the Error body', async () => {
         for (const bytes of ['NOT HTTP AT ALL\r\n\r\n', 'GET /plants HTTP/1.1\r\nHost: x\r\nBad Header Without Colon\r\n\r\n', 'POST /plants HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n']) {
           const answer = parseRaw((await rawExchange(server, bytes)).text)
