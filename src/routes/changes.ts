@@ -76,7 +76,8 @@ export const changes: FastifyPluginAsync<{ store: Store, feed: Feed, stillAllowe
         return reply
       }
       let page = await pageAfter(store, { after: request.query.after, limit, tag })
-      if (page.changes.length === 0 && wait > 0 && !feed.closing) {
+      // HEAD never waits: the head of the page there is now, and no reader's place taken.
+      if (page.changes.length === 0 && wait > 0 && request.method !== 'HEAD' && !feed.closing) {
         if (!feed.admit('polls')) throw new ApiError('tooManyReaders')
         try {
           // Nothing yet: wait for the head to move past what was read, then read on, until a change or the deadline.

@@ -269,4 +269,10 @@ test('Accept decides between the stream and JSON by its q-values (RFC 9110 12.5.
     }
   }
   assert.equal((await call(capped, 'HEAD', '/plants/changes?after=99', { headers: { accept: 'text/event-stream' } })).status, 410, 'beyond the head')
+  // A HEAD of a long poll never waits either, and the cap (1, a stream open) does not refuse it.
+  const started = performance.now()
+  const polled = await call(capped, 'HEAD', '/plants/changes?after=0&wait=5')
+  assert.equal(polled.status, 200, polled.text)
+  assert.ok(performance.now() - started < 2000, `answered after ${(performance.now() - started).toFixed(0)} ms`)
+  assert.equal(polled.headers.get('link'), '</plants/changes?after=0&wait=5>; rel="next"', 'nothing new: the next page is from the same position')
 })
