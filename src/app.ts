@@ -213,7 +213,7 @@ function startWebhooks (app: FastifyInstance, { store, feed, log, metrics, confi
     store: store.webhooks,
     feed,
     log,
-    send: (delivery, now) => sender.attempt(delivery, now),
+    send: (delivery, now, signal) => sender.attempt(delivery, now, signal),
     timeoutMs,
     maxInFlight,
     perSubscription: Math.max(1, Math.floor(maxInFlight / 4)),

@@ -20,6 +20,8 @@ const PASS_MS = 20
 const BUSY_PASS_MS = 250
 /** After a store failure, the wait before the next pass. */
 const BACKOFF_MS = 1000
+/** At a stop, how long before its end the attempts still under way are abandoned, so that they are recorded within it. */
+const ABANDON_MS = 500
 /** A lease outlasts the receiver's time to answer by this much, so that only a sender that died loses its delivery to another. */
 const LEASE_MARGIN_MS = 5000
 
@@ -27,8 +29,8 @@ export interface DispatcherOptions {
   store: WebhookStore
   feed: Feed
   log: Logger
-  /** Sends one attempt; never rejects. */
-  send: (delivery: ClaimedDelivery, now: Date) => Promise<AttemptResult>
+  /** Sends one attempt; never rejects. `signal` abandons it (the server is stopping): it then resolves with `abandoned`. */
+  send: (delivery: ClaimedDelivery, now: Date, signal: AbortSignal) => Promise<AttemptResult>
   /** The receiver's time to answer: a lease lasts this and a margin, so another sender takes over only from one that died. */
   timeoutMs: number
   /** Attempts in flight at most, in this process, and for one subscription across all. */
@@ -46,6 +48,7 @@ export interface DispatcherOptions {
 export class Dispatcher {
   private readonly now: () => Date
   private readonly inFlight = new Set<Promise<void>>()
+  private readonly abandon = new AbortController()
   private outcomes: AttemptOutcome[] = []
   private wake?: () => void
   private stopped = false
@@ -77,17 +80,24 @@ export class Dispatcher {
 
   /**
    * Stops taking deliveries, and lets the pass and the attempts under way finish and be recorded,
-   * all within `ms` (the store may be out of reach): what is left unrecorded is attempted again
-   * once its lease ends.
+   * all within `ms` (the store may be out of reach). Attempts still waiting for their receiver
+   * near the end are abandoned, and recorded so, due again at once: their leases would otherwise
+   * keep them from the next start, or another instance, until they ran out. What is left
+   * unrecorded (the store out of reach) is attempted again once its lease ends.
    */
   async stop (ms: number): Promise<void> {
     this.stopped = true
     this.poke()
+    const until = performance.now() + ms
     let timer: NodeJS.Timeout | undefined
-    const deadline = new Promise<void>(resolve => { timer = setTimeout(resolve, ms) })
-    await Promise.race([Promise.all([this.running?.catch(() => {}), ...this.inFlight]), deadline])
-    await Promise.race([this.flush().catch(() => {}), deadline])
-    clearTimeout(timer)
+    const within = async (work: Promise<unknown>, left: number): Promise<void> => {
+      await Promise.race([work, new Promise<void>(resolve => { timer = setTimeout(resolve, Math.max(0, left)) })])
+      clearTimeout(timer)
+    }
+    await within(Promise.all([this.running?.catch(() => {}), ...this.inFlight]), ms - ABANDON_MS)
+    this.abandon.abort()
+    await within(Promise.all(this.inFlight), until - performance.now())
+    await within(this.flush().catch(() => {}), until - performance.now())
   }
 
   private async loop (): Promise<void> {
@@ -139,7 +149,7 @@ export class Dispatcher {
 
   private send (delivery: ClaimedDelivery): void {
     const at = this.now()
-    const attempt = this.options.send(delivery, at).then(result => {
+    const attempt = this.options.send(delivery, at, this.abandon.signal).then(result => {
       this.outcomes.push(this.judge(delivery, at, result))
     }).finally(() => {
       this.inFlight.delete(attempt)
@@ -155,6 +165,7 @@ export class Dispatcher {
     const base = { deliveryId: delivery.id, webhookId: delivery.webhookId, leaseUntil: delivery.leaseUntil, attempt }
     if (statusCode !== undefined && statusCode >= 200 && statusCode < 300) return { ...base, delivered: true }
     const after = this.now()
+    if (result.abandoned === true) return { ...base, delivered: false, nextAt: after }
     const nextAt = statusCode === 410 ? undefined : nextAttemptAt(delivery.attempts + 1, after, retryAfterMs(result.retryAfter, after), this.options.random)
     return { ...base, delivered: false, ...(nextAt === undefined ? {} : { nextAt }), ...(statusCode === 410 ? { disable: 'The receiver answered 410 Gone.' } : {}) }
   }

@@ -9,7 +9,8 @@ import { FORBIDDEN, guardedLookup, isForbiddenAddress, literalAddress } from './
 import { signatureHeader } from './signing.js'
 
 /** What the receiver answered, or why it did not, and how long that took. */
-export interface AttemptResult { statusCode?: number, error?: string, durationMs: number, retryAfter?: string }
+/** An attempt's result: the receiver's status, or why there is none; `abandoned` when the server stopping cut it off. */
+export interface AttemptResult { statusCode?: number, error?: string, durationMs: number, retryAfter?: string, abandoned?: true }
 
 export interface SenderOptions {
   /** WEBHOOKS_ALLOW_PRIVATE: connect to loopback and private addresses too (local tests only). */
@@ -88,13 +89,13 @@ export class Sender {
           if (bytes > MAX_ANSWER_BYTES) { done(); request.destroy() }
         })
         response.on('end', done)
-        response.on('error', (error: Error) => settle({ error: reasonOf(error) }))
+        response.on('error', (error: Error) => settle(failure(error)))
       })
       const timer = setTimeout(() => {
         settle({ error: `no answer within ${this.options.timeoutMs / 1000} s` })
         request.destroy()
       }, this.options.timeoutMs)
-      request.on('error', (error: Error) => settle({ error: reasonOf(error) }))
+      request.on('error', (error: Error) => settle(failure(error)))
       request.end(body)
     })
   }
@@ -102,6 +103,11 @@ export class Sender {
   close (): void {
     for (const agent of Object.values(this.agents)) agent.destroy()
   }
+}
+
+/** A failed attempt's result; abandoned when its signal cut it off. */
+function failure (error: Error): Omit<AttemptResult, 'durationMs'> {
+  return error.name === 'AbortError' ? { error: reasonOf(error), abandoned: true } : { error: reasonOf(error) }
 }
 
 /** An error as the delivery log shows it: one line, with the system's code when there is one. */
