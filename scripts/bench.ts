@@ -320,10 +320,7 @@ function createToken (databaseUrl: string, root = ROOT, name = 'bench', scope?: 
   return run.stdout.trim()
 }
 
-/**
- * Compiled to plain JS first: under tsx a yardstick would carry a loader thread and an esbuild
- * process, and their memory. Into node_modules/.cache, so that it finds better-sqlite3.
- */
+/** The yardsticks compiled (compile-yardsticks.ts), into node_modules/.cache so that they find better-sqlite3. */
 function compiledYardsticks (): string {
   mkdirSync(join(ROOT, 'node_modules/.cache'), { recursive: true })
   const dir = mkdtempSync(join(ROOT, 'node_modules/.cache/plantstore-bench-'))

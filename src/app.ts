@@ -73,20 +73,17 @@ function requestIds (): () => string {
  * requests: never before the limit, and at most ARRIVAL_CHECK_MS after it.
  */
 function inOrder (requestTimeoutMs: number): FastifyServerFactory {
-  return (handler) => {
-    const server = createServer({
-      requestTimeout: requestTimeoutMs,
-      headersTimeout: requestTimeoutMs,
-      keepAliveTimeout: KEEP_ALIVE_TIMEOUT_MS,
-      connectionsCheckingInterval: ARRIVAL_CHECK_MS,
-      // Node would answer a request without Host with an empty 400; the edge check answers it.
-      requireHostHeader: false
-    }, (request, response) => {
-      if (response.socket === null) response.once('socket', () => handler(request, response))
-      else handler(request, response)
-    })
-    return server
-  }
+  return (handler) => createServer({
+    requestTimeout: requestTimeoutMs,
+    headersTimeout: requestTimeoutMs,
+    keepAliveTimeout: KEEP_ALIVE_TIMEOUT_MS,
+    connectionsCheckingInterval: ARRIVAL_CHECK_MS,
+    // Node would answer a request without Host with an empty 400; the edge check answers it.
+    requireHostHeader: false
+  }, (request, response) => {
+    if (response.socket === null) response.once('socket', () => handler(request, response))
+    else handler(request, response)
+  })
 }
 
 /** A HEAD answer's last onSend: a 304, and the head of an event stream, carry no Content-Length (neither has a body of that length). */

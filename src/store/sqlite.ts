@@ -236,11 +236,11 @@ export class SqliteStore implements Store {
 
   /**
    * Answers what is waiting (writes waiting for the lock, until their deadlines or `withinMs`,
-   * whichever comes first: then 503, unstored), then leaves a
-   * self-contained `.db` file: the reader and the checkpointer close first, so the write
-   * connection is the last one; it empties the WAL into the database file and removes it. Past
-   * `withinMs` it waits for no sync and no lock: a WAL it could not empty (another process holds
-   * the lock) stays beside the file, complete, for the next start.
+   * whichever comes first: then 503, unstored), then leaves a self-contained `.db` file: the
+   * reader and the checkpointer close first, so the write connection is the last one; it empties
+   * the WAL into the database file and removes it. Past `withinMs` it waits for no sync and no
+   * lock: a WAL it could not empty (another process holds the lock) stays beside the file,
+   * complete, for the next start.
    */
   close (withinMs = this.limits.writeTimeoutMs): Promise<void> {
     this.closing ??= this.closeOnce(Date.now() + withinMs)

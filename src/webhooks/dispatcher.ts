@@ -89,8 +89,8 @@ export class Dispatcher {
     this.stopped = true
     this.poke()
     const until = performance.now() + ms
-    let timer: NodeJS.Timeout | undefined
     const within = async (work: Promise<unknown>, left: number): Promise<void> => {
+      let timer: NodeJS.Timeout | undefined
       await Promise.race([work, new Promise<void>(resolve => { timer = setTimeout(resolve, Math.max(0, left)) })])
       clearTimeout(timer)
     }

@@ -8,8 +8,7 @@ import type { ClaimedDelivery } from '../store/webhooks.js'
 import { FORBIDDEN, guardedLookup, isForbiddenAddress, literalAddress } from './addresses.js'
 import { signatureHeader } from './signing.js'
 
-/** What the receiver answered, or why it did not, and how long that took. */
-/** An attempt's result: the receiver's status, or why there is none; `abandoned` when the server stopping cut it off. */
+/** What the receiver answered, or why it did not (`abandoned`: the server, stopping, cut it off), and how long that took. */
 export interface AttemptResult { statusCode?: number, error?: string, durationMs: number, retryAfter?: string, abandoned?: true }
 
 export interface SenderOptions {
