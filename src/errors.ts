@@ -20,7 +20,7 @@ export const failures = {
   repeatedHeader: { status: 400, message: 'A header that takes one value was sent more than once; send it once.' },
   invalidCondition: { status: 400, message: 'A conditional header is not valid: send "*" or ETags in double quotes.' },
   webhookUrlRefused: { status: 400, message: 'The webhook URL cannot be used.' },
-  invalidEventId: { status: 400, message: 'The Last-Event-ID header must be a position: a whole number in plain decimal digits.' },
+  invalidEventId: { status: 400, message: 'The Last-Event-ID header must be a position: a whole number in plain decimal digits, without leading zeros.' },
   bodyLengthMismatch: { status: 400, message: 'The request body is shorter or longer than its Content-Length header says.' },
   badToken: { status: 401, message: 'A valid bearer token is required: send "Authorization: Bearer <token>".', headers: { 'www-authenticate': 'Bearer' } },
   missingScope: { status: 403, message: 'This token lacks the scope this operation needs.' },

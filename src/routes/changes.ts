@@ -23,7 +23,8 @@ async function pageAfter (store: Store, query: { after?: bigint, limit: number, 
 function eventIdOf (header: string | undefined): bigint | undefined {
   if (header === undefined) return undefined
   const digits = header.trim()
-  if (!/^\d{1,19}$/.test(digits) || BigInt(digits) > 2n ** 63n - 1n) throw new ApiError('invalidEventId')
+  // Plain decimal, one way, as every number in a query: no leading zeros.
+  if (!/^(0|[1-9]\d{0,18})$/.test(digits) || BigInt(digits) > 2n ** 63n - 1n) throw new ApiError('invalidEventId')
   return BigInt(digits)
 }
 

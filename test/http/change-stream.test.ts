@@ -50,10 +50,13 @@ for (const store of testStores()) {
       const resumed = await openStream(`${server.url}/plants/changes?after=0`, server.token, { 'last-event-id': '2' })
       t.after(resumed.close)
       assert.deepEqual((await resumed.until(1, isChange)).map(event => event.id), ['3'], 'Last-Event-ID wins over after')
-      const bad = await openStream(`${server.url}/plants/changes`, server.token, { 'last-event-id': 'x' })
-      await bad.ended
-      assert.equal(bad.status, 400)
-      assert.equal(JSON.parse(bad.text()).error, 400)
+      for (const id of ['x', '01', '-1', '1.0', '9223372036854775808']) {
+        const bad = await openStream(`${server.url}/plants/changes`, server.token, { 'last-event-id': id })
+        t.after(bad.close)
+        assert.equal(bad.status, 400, `Last-Event-ID ${id}`) // before waiting for its end: a stream opened by mistake never ends
+        await bad.ended
+        assert.equal(JSON.parse(bad.text()).error, 400)
+      }
       const gone = await openStream(`${server.url}/plants/changes`, server.token, { 'last-event-id': '99' })
       await gone.ended
       assert.equal(gone.status, 410, 'a position the log never reached is a plain 410, not a stream')
