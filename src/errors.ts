@@ -289,6 +289,23 @@ const clientErrorCodes: Record<string, FailureName> = {
   ERR_HTTP_REQUEST_TIMEOUT: 'requestTimeout'
 }
 
+/** What Node's parser found wrong (its error codes), said for the client; any other malformed request is named by the parser's own reason. */
+const malformed: Record<string, string> = {
+  HPE_INVALID_EOF_STATE: 'The request ended before it had arrived whole: the client closed its side of the connection first.',
+  HPE_INVALID_CHUNK_SIZE: 'The request\'s chunked body is malformed: each chunk must start with its size in hexadecimal on a line of its own.',
+  HPE_INVALID_TRANSFER_ENCODING: 'The request has both Content-Length and Transfer-Encoding, or a Transfer-Encoding that cannot be read, so where its body ends is unclear; send one of the two.',
+  HPE_UNEXPECTED_CONTENT_LENGTH: 'The Content-Length header was sent more than once; send it once.',
+  HPE_INVALID_CONTENT_LENGTH: 'The Content-Length header must be a number of bytes, in decimal digits.',
+  HPE_INVALID_HEADER_TOKEN: 'A header line is not valid: it needs a name without spaces, a colon, and a value without control characters.'
+}
+
+/** The failure Node's `error` stands for, with a sentence that says what was wrong where the parser tells. */
+function clientFailure (name: FailureName, error: NodeJS.ErrnoException & { reason?: string }): { status: number, message: string } {
+  if (name !== 'badRequest') return failures[name]
+  const message = malformed[error.code ?? ''] ?? (error.reason === undefined ? failures.badRequest.message : `The request could not be understood as HTTP/1.1 (${error.reason}).`)
+  return { status: failures.badRequest.status, message }
+}
+
 /**
  * Answers requests that fail before Fastify sees them (malformed HTTP, oversized headers, a
  * request that stops arriving) with the Error body, and logs each at warn with its reason;
@@ -297,7 +314,7 @@ const clientErrorCodes: Record<string, FailureName> = {
 export function clientErrorHandler (refused: ReportRefusal): (error: NodeJS.ErrnoException, socket: Socket) => void {
   return (error, socket) => {
     const name = clientErrorCodes[error.code ?? ''] ?? 'badRequest'
-    const failure = failures[name]
+    const failure = clientFailure(name, error)
     // A reset or a closed socket is no request: nothing to answer and nothing worth a warning.
     if (error.code === 'ECONNRESET' || !socket.writable) {
       socket.destroy()

@@ -110,7 +110,25 @@ for (const store of testStores()) {
         const answer = parseRaw(raw.text)
         assert.equal(answer.status, 400)
         assert.deepEqual(Object.keys(answer.body).sort(), ['error', 'message'])
+        assert.equal(answer.body.message, 'The request ended before it had arrived whole: the client closed its side of the connection first.')
         assert.equal((await call(server, 'GET', '/plants/3')).status, 404)
+      })
+
+      await t.test('malformed framing is answered 400 with a sentence that says what is wrong, not only that it is', async () => {
+        const post = `POST /plants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${server.token}\r\nContent-Type: application/json\r\n`
+        const cases: Array<[string, string, RegExp]> = [
+          ['a chunk size that is not hexadecimal', `${post}Transfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n`, /^The request's chunked body is malformed/],
+          ['Content-Length with Transfer-Encoding', `${post}Content-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n`, /^The request has both Content-Length and Transfer-Encoding/],
+          ['Content-Length twice', `${post}Content-Length: 2\r\nContent-Length: 3\r\n\r\n{} `, /^The Content-Length header was sent more than once/],
+          ['Content-Length not a number', `${post}Content-Length: 2x\r\n\r\n{}`, /^The Content-Length header must be a number of bytes/],
+          ['a header line without a colon', 'GET /plants HTTP/1.1\r\nHost: x\r\nNo colon here\r\n\r\n', /^A header line is not valid/],
+          ['no method', 'NOT HTTP AT ALL\r\n\r\n', /^The request could not be understood as HTTP\/1\.1 \(Invalid method encountered\)\.$/]
+        ]
+        for (const [what, bytes, message] of cases) {
+          const answer = parseRaw((await rawExchange(server, bytes)).text)
+          assert.equal(answer.status, 400, what)
+          assert.match(answer.body?.message ?? '', message, what)
+        }
       })
 
       await t.test('the server is still up and answering after all that', async () => {
