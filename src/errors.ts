@@ -34,7 +34,7 @@ export const failures = {
   changesGone: { status: 410, message: 'The change log no longer holds the changes after this position (or never reached it); list the plants again and follow the feed from the Changes-Position of that list.' },
   preconditionFailed: { status: 412, message: 'The plant is not at a version this request\'s condition accepts; nothing was changed. Read it again for its current ETag.' },
   webhookDisabled: { status: 409, message: 'This webhook subscription is disabled, so nothing is sent to it: enable it (POST /webhooks/{id}/enable), then retry.' },
-  plantConflict: { status: 409, message: 'Another plant already uses this id; nothing was changed.' },
+  plantConflict: { status: 409, message: 'A plant with this id is stored already, with other data; nothing was changed (the same data again is answered 200).' },
   bodyTooLarge: { status: 413, message: 'The request body is larger than 64 KiB.' },
   pathTooLong: { status: 414, message: 'A path parameter is longer than 100 characters.' },
   unsupportedMediaType: { status: 415, message: 'The request body must be JSON, sent with "Content-Type: application/json".' },
@@ -109,6 +109,7 @@ export function rule ({ keyword, message, params, schema }: ValidationIssue): st
     case 'maxLength': return `must be at most ${String(params.limit)} characters long`
     case 'minItems': return `must hold at least ${String(params.limit)} item${params.limit === 1 ? '' : 's'}`
     case 'uniqueItems': return 'must not hold an item twice'
+    case 'enum': return `must be one of ${(params.allowedValues as unknown[]).map(value => JSON.stringify(value)).join(', ')}`
     case 'minimum': return `must be at least ${String(params.limit)}`
     case 'maximum': return `must be at most ${String(params.limit)}`
     default: return message ?? 'is not valid'

@@ -52,6 +52,7 @@ for (const store of testStores()) {
         for (const body of [{ id: 7, name: 'Other', tag: 'shade' }, { id: 7, name: 'Fern', tag: 'sun' }, { id: 7, name: 'Fern' }, { id: 8, name: 'Moss', tag: 'x' }]) {
           const answer = await call(server, 'POST', '/plants', { body })
           assert.ok(isErrorBody(answer, 409), JSON.stringify(body) + ' ' + answer.text)
+          assert.match(answer.body.message, /^A plant with this id is stored already, with other data/, 'the same plant, other data: not "another plant"')
         }
         assert.deepEqual(await storedPlants(server), before)
       })

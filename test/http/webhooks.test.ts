@@ -55,6 +55,8 @@ for (const kind of testStores()) {
         { url: 'http://127.0.0.1:9/a\u0000b' }, { url: 'http://127.0.0.1:9/a b' }, { url: 'http://127.0.0.1:9/\u007f' }, { url: ' http://127.0.0.1:9/' }]) {
         assert.ok(isErrorBody(await call(server, 'POST', '/webhooks', { body }), 400), JSON.stringify(body))
       }
+      const eaten = await call(server, 'POST', '/webhooks', { body: { url: 'http://127.0.0.1:9/', events: ['plant.eaten'] } })
+      assert.equal(eaten.body.message, '`events.0` in the request body must be one of "plant.created", "plant.updated", "plant.deleted".', 'names the values it takes')
       // A tag holds what a plant's tag can hold: U+0000 too, except on PostgreSQL, whose text cannot.
       const nul = await call(server, 'POST', '/webhooks', { body: { url: 'http://127.0.0.1:9/', tag: 'a\u0000b' } })
       if (kind === 'postgres') assert.ok(isErrorBody(nul, 400), nul.text)
