@@ -25,7 +25,7 @@ function describeToken (token: TokenRecord): string {
 /** The moment a token made now with `--expires-in text` stops working; a ConfigError if the lifetime is malformed or too long. */
 function expiryOf (text: string): Date {
   const lifetime = parseDuration(text)
-  if (lifetime === undefined) throw new ConfigError(`--expires-in takes a number and a unit (s, m, h, d, w), such as 30d, not ${quoted(text)}.`)
+  if (lifetime === undefined) throw new ConfigError(`--expires-in takes a whole number above 0 and a unit (s, m, h, d, w), such as 30d, not ${quoted(text)}.`)
   if (lifetime > MAX_TOKEN_LIFETIME_MS) throw new ConfigError(`--expires-in is at most 10 years (3650d or 521w), not ${quoted(text)}.`)
   return new Date(Date.now() + lifetime)
 }

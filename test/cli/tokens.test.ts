@@ -95,13 +95,17 @@ for (const store of testStores()) {
       assert.equal(cli(database, ['tokens', 'create', '--name', 'ci']).status, 0)
     })
 
-    test('lifetimes are capped at 10 years: 520w and 3650d are accepted, longer ones refused with one line', async (t) => {
+    test('lifetimes are above 0 and capped at 10 years: 520w and 3650d are accepted, longer, zero or malformed ones refused with one line', async (t) => {
       const database = await freshDatabase(t, store)
       for (const lifetime of ['999999w', '3651d', '522w', '87601h', '9999999999s']) {
         const result = cli(database, ['tokens', 'create', '--name', 'long', '--expires-in', lifetime])
         assert.equal(result.status, 1, lifetime)
         assert.equal(result.stdout, '')
         assert.equal(result.stderr, `plantstore: --expires-in is at most 10 years (3650d or 521w), not "${lifetime}".\n`)
+      }
+      for (const lifetime of ['0s', '0d', '30', '1.5d', '1y']) {
+        const result = cli(database, ['tokens', 'create', '--name', 'odd', '--expires-in', lifetime])
+        assert.equal(result.stderr, `plantstore: --expires-in takes a whole number above 0 and a unit (s, m, h, d, w), such as 30d, not "${lifetime}".\n`, lifetime)
       }
       for (const [name, lifetime] of [['weeks', '520w'], ['days', '3650d']]) {
         const result = cli(database, ['tokens', 'create', '--name', name, '--expires-in', lifetime])
