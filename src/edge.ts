@@ -39,7 +39,8 @@ function decodable (text: string): boolean {
 
 /**
  * The refusal of a request whose head fails the checks that come before everything else, auth
- * included, or undefined when it passes: HTTP/1.1 requires Host; a path longer than MAX_PATH is
+ * included, or undefined when it passes: a version other than HTTP/1.x (0.9, 2.0 in text) is 505
+ * (RFC 9110 15.6.6); HTTP/1.1 requires Host; a path longer than MAX_PATH is
  * 414, whether or not it names a route; a transfer coding other than chunked is 501 (RFC 9112
  * 6.1); a second Authorization, Host or Content-Type header is ambiguous (which token, which
  * host, which parser?), so it is refused rather than settled by taking the first. A DELETE has
@@ -47,6 +48,7 @@ function decodable (text: string): boolean {
  * empty body, even a chunked one, is an ordinary DELETE.
  */
 export function edgeRefusal (request: FastifyRequest, log: Logger): ApiError | undefined {
+  if (request.raw.httpVersionMajor !== 1) return new ApiError('httpVersionNotSupported')
   if (request.headers.host === undefined && request.raw.httpVersion === '1.1') {
     // Routed (its route's series and request line have it too), but worth a warn line, as a malformed request is.
     log.warn({ reqId: request.id, status: 400, reason: 'missingHost' }, 'request refused: no Host header')

@@ -45,6 +45,7 @@ export const failures = {
   rateLimited: { status: 429, message: 'This token sent too many requests; wait for the number of seconds in Retry-After.' },
   unframedBody: { status: 400, message: 'The request\'s Transfer-Encoding does not end with chunked, so where its body ends cannot be told; the connection is closed.' },
   unsupportedTransferCoding: { status: 501, message: 'The request uses a transfer coding other than chunked, which this server does not implement; send the body uncompressed.' },
+  httpVersionNotSupported: { status: 505, message: 'This server speaks HTTP/1.1 (and HTTP/1.0); send the request in one of those versions.' },
   internal: { status: 500, message: 'Something went wrong on our side; it has been logged.' },
   unavailable: { status: 503, message: 'The store is unavailable right now; retry after the number of seconds in Retry-After.', headers: { 'retry-after': '1' } },
   tooManyReaders: { status: 503, message: 'As many change streams and waiting polls are open as the server takes; retry after the number of seconds in Retry-After.', headers: { 'retry-after': '1' } },
@@ -287,6 +288,8 @@ export function frameworkErrorHandler (refused: ReportRefusal): (error: FastifyE
 /** Node's errors before a request reaches Fastify, as named failures. */
 const clientErrorCodes: Record<string, FailureName> = {
   HPE_HEADER_OVERFLOW: 'headersTooLarge',
+  // A version Node's parser does not take (HTTP/3.1, HTTP/1.9); one it takes but this server does not (2.0, 0.9) is refused by the edge check.
+  HPE_INVALID_VERSION: 'httpVersionNotSupported',
   ERR_HTTP_REQUEST_TIMEOUT: 'requestTimeout'
 }
 
