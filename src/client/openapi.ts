@@ -66,7 +66,7 @@ export interface paths {
         get: operations["getPlant"];
         /**
          * Replace a plant
-         * @description Replaces a plant's name and tag; a body without `tag` removes the tag. With `If-Match`, only if the plant is at a version it names; with `If-None-Match`, only if it is not (`412` otherwise, nothing changed). `ETag` is the new version. Needs `plants:write`.
+         * @description Replaces a plant's name and tag; a body without `tag` removes the tag. With `If-Match`, only if the plant is at a version it names; with `If-None-Match`, only if it is not (`412` otherwise, nothing changed). `ETag` is the new version: every replace is a change, also one that sets the data the plant has already (a new position in the change log, a `plant.updated` to its readers and webhooks; unlike an identical `POST /plants`, which changes nothing). Needs `plants:write`.
          */
         put: operations["replacePlant"];
         post?: never;

@@ -45,6 +45,10 @@ for (const store of testStores()) {
         assert.equal(replaced.status, 200)
         assert.notEqual(etag(replaced), version)
         assert.equal(etag(await call(server, 'GET', `/plants/${BIG}`)), etag(replaced))
+        // A decision (in the document): every replace is a change, also one that sets the same data.
+        const same = await call(server, 'PUT', `/plants/${BIG}`, { body: { name: 'Fern', tag: 'sun' } })
+        assert.equal(same.status, 200)
+        assert.equal(BigInt(JSON.parse(etag(same))), BigInt(JSON.parse(etag(replaced))) + 1n, 'the same data again: the next position')
       })
 
       await t.test('If-None-Match on GET: 304 with the ETag and no body when it matches; 200 otherwise', async () => {
