@@ -27,7 +27,7 @@ async function harness (t: TestContext, options: { timeoutMs?: number, maxInFlig
     store: store.webhooks,
     feed: new Feed({ store, maxReaders: 10, log }),
     log,
-    send: (delivery, now) => sender.attempt(delivery, now),
+    send: (delivery, now, signal) => sender.attempt(delivery, now, signal),
     timeoutMs,
     maxInFlight: options.maxInFlight ?? 8,
     perSubscription: options.perSubscription ?? 8,
@@ -144,6 +144,23 @@ test('a slow receiver (it answers after 14 s) holds up no other subscription: it
   assert.ok(Date.now() - started < 5000, 'every fast delivery arrived while the slow receiver still held its first two')
   assert.equal(slow.received.length, 2, 'the slow receiver has two attempts in flight, no more')
   assert.ok(dispatcher.attempts <= 6)
+})
+
+test('attempts in flight share the stop signal without a warning: more than ten wait on it at once (Node warns past ten listeners)', async (t) => {
+  const warnings: Error[] = []
+  const onWarning = (warning: Error): void => { warnings.push(warning) }
+  process.on('warning', onWarning)
+  t.after(() => process.off('warning', onWarning))
+  const { store, dispatcher } = await harness(t, { timeoutMs: 15_000, maxInFlight: 24, perSubscription: 24, realTime: true })
+  const slow = await startReceiver(t)
+  slow.answer = (_request, response) => { setTimeout(() => response.writeHead(204).end(), 1000).unref() }
+  await store.webhooks.create({ url: slow.url, events: ['plant.created'], secret: SECRET }, new Date())
+  for (let id = 1n; id <= 24n; id++) await store.create({ id, name: `p${id}` })
+  dispatcher.poke()
+  await slow.waitFor(24, 5000)
+  assert.equal(dispatcher.attempts, 24, 'every attempt in flight at once')
+  await new Promise(resolve => setImmediate(resolve)) // a warning is emitted on the next tick
+  assert.deepEqual(warnings.map(warning => warning.name), [])
 })
 
 test('requests come first: while requests have the process, passes are spaced; once they have not, the backlog drains at once', async (t) => {
