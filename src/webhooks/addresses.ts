@@ -128,7 +128,22 @@ function resolveAll (lookup: typeof dns.lookup, hostname: string): Promise<dns.L
   })
 }
 
-/** Why a subscriber URL is refused at registration (one sentence for a 400 Error body), or undefined when it may be used. Rules: absolute URL, protocol http: or https: only, no username/password, at most 2048 characters, a host, a port other than 0; if the host is an IP literal (IPv6 in brackets) it must not be forbidden; if it is a name, it is resolved (all addresses, via `resolve`, default dns.lookup with { all: true }) and refused if it does not resolve or any address is forbidden. With allowPrivate the address checks are skipped (the scheme/credential/length rules still apply) and no resolution is done. */
+/** The longest DNS name, in characters (RFC 1035: 255 octets on the wire). */
+const MAX_HOST_NAME = 253
+
+/** True when the URL's text has user information, even empty (`http://:@host/`), which URL's username and password leave blank. */
+function hasUserInfo (text: string): boolean {
+  const authority = /^[a-z][a-z0-9+.-]*:[/\\]*([^/\\?#]*)/i.exec(text)?.[1] ?? ''
+  return authority.includes('@')
+}
+
+/** True when `name` (as URL gives it: lower case, punycode) is a DNS name: labels of 1 to 63 characters, at most MAX_HOST_NAME in all. */
+function isHostName (name: string): boolean {
+  const labels = (name.endsWith('.') ? name.slice(0, -1) : name).split('.')
+  return name.length <= MAX_HOST_NAME && labels.every(label => label.length >= 1 && label.length <= 63)
+}
+
+/** Why a subscriber URL is refused at registration (one sentence for a 400 Error body), or undefined when it may be used. Rules: absolute URL, protocol http: or https: only, no username/password (not even empty ones), at most 2048 characters, a host (a valid DNS name, or an IP literal), a port other than 0; if the host is an IP literal (IPv6 in brackets) it must not be forbidden; if it is a name, it is resolved (all addresses, via `resolve`, default dns.lookup with { all: true }) and refused if it does not resolve or any address is forbidden. With allowPrivate the address checks are skipped (the scheme/credential/length rules still apply) and no resolution is done. */
 export async function refusalOfUrl (text: string, { allowPrivate, resolve = dns.lookup }: { allowPrivate: boolean, resolve?: typeof dns.lookup }): Promise<string | undefined> {
   if (text.length > MAX_URL_LENGTH) return `The URL is longer than ${MAX_URL_LENGTH} characters.`
   // eslint-disable-next-line no-control-regex
@@ -136,8 +151,9 @@ export async function refusalOfUrl (text: string, { allowPrivate, resolve = dns.
   if (!URL.canParse(text)) return 'The URL is not an absolute URL, such as https://example.com/hooks.'
   const url = new URL(text)
   if (url.protocol !== 'http:' && url.protocol !== 'https:') return `The URL's scheme is ${url.protocol.slice(0, -1)}; only http and https are taken.`
-  if (url.username !== '' || url.password !== '') return 'The URL must not carry a user name or password.'
+  if (url.username !== '' || url.password !== '' || hasUserInfo(text)) return 'The URL must not carry a user name or password.'
   if (url.hostname === '') return 'The URL has no host.'
+  if (literalAddress(url) === undefined && !isHostName(url.hostname)) return `The URL's host is not a valid host name: labels of 1 to 63 characters, ${MAX_HOST_NAME} in all.`
   // Port 0 names no port a receiver listens on: a connection to it would go to the scheme's own.
   if (url.port === '0') return 'The URL\'s port is 0; name the port the receiver listens on, or none for the scheme\'s.'
   if (allowPrivate) return undefined

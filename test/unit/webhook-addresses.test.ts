@@ -116,6 +116,11 @@ test('refusalOfUrl: scheme, credentials, length and host rules', async () => {
     ['ws://hooks.example.com/', /scheme is ws/],
     ['http://u:p@hooks.example.com/', /user name or password/],
     ['http://u@hooks.example.com/', /user name or password/],
+    ['http://:@hooks.example.com/', /user name or password/],
+    ['http://@hooks.example.com/', /user name or password/],
+    ['http:u@hooks.example.com/', /user name or password/],
+    [`http://${'a'.repeat(64)}.example.com/`, /not a valid host name/],
+    [`http://${'a.'.repeat(127)}com/`, /not a valid host name/],
     ['http://', /absolute URL/],
     ['http:///', /absolute URL/],
     ['/hooks', /absolute URL/],
@@ -136,6 +141,8 @@ test('refusalOfUrl: scheme, credentials, length and host rules', async () => {
   assert.equal(await refusalOfUrl(longest + 'a'.repeat(2048 - longest.length), strict), undefined, 'exactly 2048 characters')
   assert.equal(await refusalOfUrl('https://hooks.example.com/hooks?x=1', strict), undefined)
   assert.equal(await refusalOfUrl('http://hooks.example.com:8080/', strict), undefined)
+  assert.equal(await refusalOfUrl('https://hooks.example.com/a@b?c=@#@', strict), undefined, 'an @ after the host is no user name')
+  assert.equal(await refusalOfUrl(`http://${'a'.repeat(63)}.example/`, { allowPrivate: true }), undefined, 'a label of 63 characters')
 })
 
 test('refusalOfUrl: IP literals, numeric spellings of loopback included', async () => {
