@@ -95,6 +95,18 @@ for (const store of testStores()) {
       assert.equal(cli(database, ['tokens', 'create', '--name', 'ci']).status, 0)
     })
 
+    test('revoking a token again by its id changes nothing and says so, with when it was revoked', async (t) => {
+      const database = await freshDatabase(t, store)
+      assert.equal(cli(database, ['tokens', 'create', '--name', 'ci']).status, 0)
+      const first = cli(database, ['tokens', 'revoke', '1'])
+      assert.equal(first.stderr, 'Revoked token 1 "ci"; no server accepts it any more.\n')
+      const revokedAt = /\trevoked (\S+)\t/.exec(cli(database, ['tokens', 'list']).stdout)?.[1]
+      const again = cli(database, ['tokens', 'revoke', '1'])
+      assert.equal(again.status, 0, 'revoked is what was asked for')
+      assert.equal(again.stderr, `Token 1 "ci" was revoked already, at ${String(revokedAt)}; nothing changed.\n`)
+      assert.match(cli(database, ['tokens', 'list']).stdout, new RegExp(`\\trevoked ${String(revokedAt)}\\t`), 'its revocation time unchanged')
+    })
+
     test('lifetimes are above 0 and capped at 10 years: 520w and 3650d are accepted, longer, zero or malformed ones refused with one line', async (t) => {
       const database = await freshDatabase(t, store)
       for (const lifetime of ['999999w', '3651d', '522w', '87601h', '9999999999s']) {
