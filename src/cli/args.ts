@@ -18,7 +18,10 @@ function usageError (command: string, error: Error & { code?: string }): ConfigE
     ? `unknown option ${quoted(option)}`
     : error.code === 'ERR_PARSE_ARGS_UNEXPECTED_POSITIONAL'
       ? `unexpected argument ${quoted(/'([^']*)'/.exec(error.message)?.[1] ?? '')}`
-      : error.message.split('\n')[0].replace(/\.$/, '').replace(/^Option/, 'option')
+      // Missing, or followed by what reads as a flag (`--expires-in -1d`): parseArgs calls that ambiguous.
+      : error.code === 'ERR_PARSE_ARGS_INVALID_OPTION_VALUE' && option !== undefined && /argument (missing|is ambiguous)/.test(error.message)
+        ? `option ${quoted(option)} needs a value (one that starts with a dash is written ${option}=-…)`
+        : error.message.split('\n')[0].replace(/\.$/, '').replace(/^Option/, 'option')
   return new ConfigError(`${command}: ${problem}; see plantstore ${command} --help.`)
 }
 

@@ -34,21 +34,16 @@ async function migrate (args: string[]): Promise<void> {
   await (await openForCommand(databaseUrlOf(parsed.values['database-url'] as string | undefined))).close()
 }
 
+async function serve (args: string[]): Promise<void> {
+  const config = configFrom(args)
+  if (config === undefined) process.stdout.write(USAGE.serve + '\n')
+  // Loaded only to serve: the other commands start without the HTTP stack (Fastify, prom-client).
+  else if (config.workers > 1 && cluster.isPrimary) await (await import('../workers.js')).serveWorkers(config)
+  else await (await import('../server.js')).serve(config)
+}
+
 async function main (argv: string[]): Promise<void> {
   const [command, ...rest] = argv
-  if (command === undefined || command === 'serve') {
-    const config = configFrom(rest)
-    if (config === undefined) process.stdout.write(USAGE.serve + '\n')
-    // Loaded only to serve: the other commands start without the HTTP stack (Fastify, prom-client).
-    else if (config.workers > 1 && cluster.isPrimary) await (await import('../workers.js')).serveWorkers(config)
-    else await (await import('../server.js')).serve(config)
-    return
-  }
-  if (command === 'migrate') return await migrate(rest)
-  if (command === 'tokens') return await tokens(rest)
-  if (command === 'backup') return await backup(rest)
-  if (command === 'export') return await exportPlants(rest)
-  if (command === 'import') return await importPlants(rest)
   if (command === '--version') {
     process.stdout.write(version() + '\n')
     return
@@ -57,7 +52,14 @@ async function main (argv: string[]): Promise<void> {
     process.stdout.write(USAGE.plantstore + '\n')
     return
   }
-  if (command.startsWith('-')) throw new ConfigError(`unknown option ${quoted(command)}; see plantstore --help.`)
+  // serve is the default command: none at all, or its flags alone (`plantstore --port 9000`).
+  if (command === undefined || command.startsWith('-')) return await serve(argv)
+  if (command === 'serve') return await serve(rest)
+  if (command === 'migrate') return await migrate(rest)
+  if (command === 'tokens') return await tokens(rest)
+  if (command === 'backup') return await backup(rest)
+  if (command === 'export') return await exportPlants(rest)
+  if (command === 'import') return await importPlants(rest)
   throw new ConfigError(`Unknown command ${quoted(command)}; use serve, migrate, tokens, backup, export or import (see plantstore --help).`)
 }
 

@@ -63,3 +63,22 @@ test('an unknown flag, or one given twice, is one line on stderr, naming it, and
   assert.equal(unknown.status, 1)
   assert.match(unknown.stderr, /^plantstore: Unknown tokens command "frobnicate"; .*\n$/)
 })
+
+test('serve is the default command with its flags too: plantstore --port X is plantstore serve --port X', (t) => {
+  const dir = tempDir(t)
+  for (const args of [['--port', 'abc'], ['serve', '--port', 'abc']]) {
+    const result = cli(dir, args)
+    assert.equal(result.status, 1, args.join(' '))
+    assert.match(result.stderr, /^plantstore: [^\n]*PORT[^\n]*"abc"[^\n]*\n$/, `${args.join(' ')}: the setting's own message, ${result.stderr}`)
+  }
+})
+
+test('a flag without its value says so, and how to write a value that starts with a dash', (t) => {
+  const dir = tempDir(t)
+  for (const [args, flag] of [[['serve', '--port'], '--port'], [['serve', '--port', '--host', 'x'], '--port'], [['tokens', 'create', '--name', 'a', '--expires-in', '-1d'], '--expires-in']] as const) {
+    const result = cli(dir, [...args])
+    assert.equal(result.status, 1, args.join(' '))
+    assert.equal(result.stdout, '')
+    assert.match(result.stderr, new RegExp(`^plantstore: [a-z ]+: option "${flag}" needs a value \\(one that starts with a dash is written ${flag}=-…\\); see plantstore [a-z ]+ --help\\.\\n$`), `${args.join(' ')}: ${result.stderr}`)
+  }
+})

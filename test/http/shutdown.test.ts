@@ -12,6 +12,7 @@ for (const store of testStores()) {
       assert.equal((await call(server, 'POST', '/plants', { body: { id: 1, name: 'Kept' } })).status, 200)
       const body = '{"id": 2, "name": "Never finished"}'
       // Headers and the start of a body, then nothing: only the shutdown deadline ends this request.
+      const opened = Date.now()
       const stalled = rawExchange(server, `POST /plants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${server.token}\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body.slice(0, 8)}`, { waitMs: 10_000 })
       await new Promise(resolve => setTimeout(resolve, 200))
       const signalled = Date.now()
@@ -20,6 +21,8 @@ for (const store of testStores()) {
       const took = Date.now() - signalled
       assert.ok(took < 2500, `exited ${took} ms after SIGTERM`)
       assert.ok((await stalled).closed, 'the stalled connection was closed')
+      const cutAt = opened + (await stalled).ms - signalled
+      assert.ok(cutAt >= 950 && cutAt < 1800, `cut ${cutAt} ms after SIGTERM: a second before SHUTDOWN_TIMEOUT (2 s), as documented`)
       const again = await startServer(t, { databaseUrl: server.databaseUrl, token: server.token })
       assert.equal((await call(again, 'GET', '/plants/1')).body.name, 'Kept')
       assert.equal((await call(again, 'GET', '/plants/2')).status, 404)
