@@ -9,19 +9,36 @@ import { USAGE } from './usage.js'
  * Stores the plants of the NDJSON `input` in `store`, all or none, and returns how many it
  * stored; anything that stops it is a ConfigError of one line, naming the line at fault.
  */
-export async function importFrom (store: Store, input: AsyncIterable<Buffer>, options: { replace: boolean }): Promise<number> {
+export async function importFrom (store: Store, input: AsyncIterable<Buffer>, { replace }: { replace: boolean }): Promise<number> {
   const batches = new PlantBatches(input)
-  const result = await store.importPlants(batches, options)
+  // An input without a single plant replaces none: `--replace` would empty the store, and an
+  // export stopped before its first line (killed outright, it cannot say so) writes nothing.
+  const { empty, all } = await peek(batches)
+  const result = await store.importPlants(all, { replace: replace && !empty })
   switch (result.outcome) {
     case 'imported':
       return result.plants
     case 'not-empty':
-      throw stop('The store already holds plants, and import fills an empty store only; give --replace to delete its plants first (tokens stay), in the same transaction.')
+      throw stop(replace
+        ? 'The input holds no plants, so --replace would delete every plant in the store and store none (an export stopped before its first line writes nothing); check the input.'
+        : 'The store already holds plants, and import fills an empty store only; give --replace to delete its plants first (tokens stay), in the same transaction.')
     case 'conflict':
       throw stop(`Line ${batches.lineAt(result.at)} gives the id of an earlier line with another name or tag.`)
     case 'unstorable':
       throw stop(`Line ${batches.lineAt(result.at)}: ${result.reason}`)
   }
+}
+
+/** Whether `items` has none, found by reading its first; `all` yields every item, that first one included. */
+async function peek<T> (items: AsyncIterable<T>): Promise<{ empty: boolean, all: AsyncIterable<T> }> {
+  const iterator = items[Symbol.asyncIterator]()
+  const first = await iterator.next()
+  const all = async function * (): AsyncGenerator<T> {
+    if (first.done === true) return
+    yield first.value
+    for (let next = await iterator.next(); next.done !== true; next = await iterator.next()) yield next.value
+  }
+  return { empty: first.done === true, all: all() }
 }
 
 /** `plantstore import [--replace]`: the NDJSON of an export, from stdin, into the store. */

@@ -149,6 +149,21 @@ test('import refuses a store that holds plants, in one line naming --replace; --
   assert.match(run(['tokens', 'list'], path).stdout.toString(), /\tkeeper\t.*\tactive\t/)
 })
 
+test('import --replace of no plants at all (what an export killed before its first line leaves) deletes nothing: one line, exit 1; into a store without plants it is no change', async (t) => {
+  const dir = tempDir(t)
+  const path = sqliteStoreWith(dir, [{ id: 1n, name: 'kept' }])
+  for (const input of ['', '\n\n']) {
+    const refused = run(['import', '--replace'], path, input)
+    assert.equal(refused.status, 1, JSON.stringify(input))
+    assert.equal(refused.stderr, 'plantstore: The input holds no plants, so --replace would delete every plant in the store and store none (an export stopped before its first line writes nothing); check the input. Nothing was imported.\n')
+    assert.deepEqual(await plantsBySql({ store: 'sqlite', databaseUrl: path }), [{ id: 1n, name: 'kept' }])
+  }
+  const empty = sqliteStoreWith(dir, [], 'empty.db')
+  const nothing = run(['import', '--replace'], empty, '')
+  assert.equal(nothing.status, 0, nothing.stderr)
+  assert.equal(nothing.stderr, 'Imported 0 plants.\n')
+})
+
 test('import skips blank lines, takes CRLF line ends and a last line without a line break, and stores a repeated identical plant once', async (t) => {
   const path = join(tempDir(t), 'new.db')
   const input = '{"id":1,"name":"a"}\r\n\n   \n{"id": 2, "name": "b", "tag": "x"}\n{"id":1,"name":"a"}\n\t\n{"id":3,"name":"c"}'
