@@ -18,6 +18,7 @@ import { tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { compileYardsticks } from './compile-yardsticks.js'
+import { SQLITE_BINDING } from '../src/store/sqlite-driver.js'
 import { queryOnce } from './postgres-query.js'
 
 interface CallFrame { functionName: string, url: string }
@@ -127,7 +128,7 @@ async function main (): Promise<void> {
     if (postgresUrl !== undefined && scenario !== 'post') {
       await queryOnce(postgresUrl, `INSERT INTO ${schema}.plants (id, name, tag) SELECT i, 'Plant ' || i, 'bench' FROM generate_series(1, 1000) AS i`)
     } else if (scenario !== 'post') {
-      const seed = spawnSync(process.execPath, ['-e', `const D=require('better-sqlite3');const d=new D(${JSON.stringify(env.DATABASE_URL)});const s=d.prepare('INSERT INTO plants (id,name,tag) VALUES (?,?,?)');d.transaction(()=>{for(let i=1;i<=1000;i++)s.run(i,'Plant '+i,'bench')})();d.close()`], { cwd: ROOT })
+      const seed = spawnSync(process.execPath, ['-e', `const D=require(${JSON.stringify(SQLITE_BINDING)});const d=new D(${JSON.stringify(env.DATABASE_URL)});const s=d.prepare('INSERT INTO plants (id,name,tag) VALUES (?,?,?)');d.transaction(()=>{for(let i=1;i<=1000;i++)s.run(i,'Plant '+i,'bench')})();d.close()`], { cwd: ROOT })
       if (seed.status !== 0) throw new Error(String(seed.stderr))
     }
     const profiles = join(dir, 'profiles')

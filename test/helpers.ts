@@ -5,6 +5,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { test, type TestContext } from 'node:test'
 import { isPostgresUrl } from '../src/config.js'
+import { SQLITE_BINDING } from '../src/store/sqlite-driver.js'
 import { PG_SKIP, PG_URL, pgSchema } from './store/postgres-helpers.js'
 
 export const ROOT = new URL('..', import.meta.url).pathname
@@ -184,7 +185,7 @@ export function sampleValue (samples: Sample[], name: string, labels: Record<str
  */
 export async function holdWriteLock (t: TestContext, dbPath: string, ms: number): Promise<{ released: Promise<void> }> {
   const locker = spawn(process.execPath, ['-e', `
-    const db = require('better-sqlite3')(process.argv[1])
+    const db = require(${JSON.stringify(SQLITE_BINDING)})(process.argv[1])
     db.exec('BEGIN IMMEDIATE')
     console.log('locked')
     setTimeout(() => { db.exec('ROLLBACK'); db.close() }, ${ms})

@@ -4,6 +4,7 @@ import { readFileSync } from 'node:fs'
 import http from 'node:http'
 import { test } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
+import { SQLITE_BINDING } from '../../src/store/sqlite-driver.js'
 import { call, ROOT, startServer, type Server } from '../helpers.js'
 
 const LOCK_MS = 8000
@@ -65,7 +66,7 @@ test(`while another process holds the SQLite write lock for ${LOCK_MS / 1000} s,
 
   // Another process: an operator's sqlite3 session that took the write lock and sits on it.
   const locker = spawn(process.execPath, ['-e', `
-    const db = require('better-sqlite3')(process.argv[1])
+    const db = require(${JSON.stringify(SQLITE_BINDING)})(process.argv[1])
     db.exec('BEGIN IMMEDIATE')
     console.log('locked')
     setTimeout(() => { db.exec('ROLLBACK'); db.close(); console.log('released') }, ${LOCK_MS})

@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict'
-import { openDatabase } from '../../src/store/sqlite-driver.js'
+import { openDatabase, SQLITE_BINDING } from '../../src/store/sqlite-driver.js'
 import { spawn, type ChildProcess } from 'node:child_process'
 import { join } from 'node:path'
 import { test } from 'node:test'
@@ -31,7 +31,7 @@ test('six processes migrating one new file at once all succeed, and the schema i
 
 /** Holds `path` locked (exclusive locking mode) in a process of its own for `ms`; resolves once held. */
 async function holdFile (path: string, ms: number): Promise<ChildProcess> {
-  const script = `const db = new (require('better-sqlite3'))(${JSON.stringify(path)}); db.pragma('locking_mode = EXCLUSIVE'); db.exec('BEGIN EXCLUSIVE');
+  const script = `const db = new (require(${JSON.stringify(SQLITE_BINDING)}))(${JSON.stringify(path)}); db.pragma('locking_mode = EXCLUSIVE'); db.exec('BEGIN EXCLUSIVE');
     process.stdout.write('held\\n'); Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ${ms}); db.exec('COMMIT'); db.close()`
   const child = spawn(process.execPath, ['-e', script], { cwd: ROOT, stdio: ['ignore', 'pipe', 'inherit'] })
   await new Promise((resolve, reject) => {
