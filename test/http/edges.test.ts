@@ -76,6 +76,20 @@ for (const store of testStores()) {
       assert.equal((await call(server, 'GET', `/plants?tag=${'t'.repeat(100)}&after=${'0'.repeat(2000)}1`)).status, 400, 'a long query: a bad parameter, not a long path')
     })
 
+    test('every header line counts, however many come before it: a second Authorization after 1,500 others (12 KiB) is still refused; past 16 KiB of headers, 431', async (t) => {
+      const server = await startServer(t, { store })
+      const filler = Array.from({ length: 1500 }, (_, i) => `a${i}:b\r\n`).join('')
+      const body = '{"id": 81, "name": "Late"}'
+      const late = (headers: string): string => `POST /plants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${server.token}\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n${filler}${headers}\r\n${body}`
+      const cases: Array<[string, number]> = [['Authorization: Bearer pst_other\r\n', 400], ['Expect: foo\r\n', 417], ['Content-Encoding: gzip\r\n', 415], ['Host: y\r\n', 400]]
+      for (const [header, status] of cases) {
+        const answer = await rawExchange(server, late(header), { waitMs: 2000 })
+        assert.ok(isRawErrorBody(answer.text, status), `${header.trim()}: ${answer.text.slice(0, 200)}`)
+      }
+      assert.equal((await call(server, 'GET', '/plants/81')).status, 404, 'nothing stored')
+      assert.ok(isRawErrorBody((await rawExchange(server, late(Array.from({ length: 3000 }, (_, i) => `c${i}:d\r\n`).join('')), { waitMs: 2000 })).text, 431), 'past 16 KiB: 431')
+    })
+
     test('an HTTP version other than 1.1 and 1.0 is 505 with the Error body (RFC 9110 15.6.6), whether Node parses it or not, nothing stored', async (t) => {
       const server = await startServer(t, { store })
       const body = '{"id": 505, "name": "Versioned"}'
