@@ -288,9 +288,16 @@ export function frameworkErrorHandler (refused: ReportRefusal): (error: FastifyE
 /** Node's errors before a request reaches Fastify, as named failures. */
 const clientErrorCodes: Record<string, FailureName> = {
   HPE_HEADER_OVERFLOW: 'headersTooLarge',
-  // A version Node's parser does not take (HTTP/3.1, HTTP/1.9); one it takes but this server does not (2.0, 0.9) is refused by the edge check.
-  HPE_INVALID_VERSION: 'httpVersionNotSupported',
   ERR_HTTP_REQUEST_TIMEOUT: 'requestTimeout'
+}
+
+/**
+ * True when the parser refused a well-formed request line for its HTTP major version (HTTP/3.0):
+ * 505, where a malformed one (a bare line feed, `HTTP/a.1`) is 400. A version the parser takes but
+ * this server does not (2.0, 0.9) is refused by the edge check.
+ */
+function namesAnotherVersion (error: NodeJS.ErrnoException & { rawPacket?: Buffer }): boolean {
+  return error.code === 'HPE_INVALID_VERSION' && /^[!#$%&'*+.^_`|~0-9A-Za-z-]+ [^ ]+ HTTP\/[02-9]\.\d\r\n/.test(error.rawPacket?.toString('latin1') ?? '')
 }
 
 /** What Node's parser found wrong (its error codes), said for the client; any other malformed request is named by the parser's own reason. */
@@ -317,7 +324,7 @@ function clientFailure (name: FailureName, error: NodeJS.ErrnoException & { reas
  */
 export function clientErrorHandler (refused: ReportRefusal): (error: NodeJS.ErrnoException, socket: Socket) => void {
   return (error, socket) => {
-    const name = clientErrorCodes[error.code ?? ''] ?? 'badRequest'
+    const name = clientErrorCodes[error.code ?? ''] ?? (namesAnotherVersion(error) ? 'httpVersionNotSupported' : 'badRequest')
     const failure = clientFailure(name, error)
     // A reset or a closed socket is no request: nothing to answer and nothing worth a warning.
     if (error.code === 'ECONNRESET' || !socket.writable) {
