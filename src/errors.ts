@@ -300,11 +300,13 @@ function namesAnotherVersion (error: NodeJS.ErrnoException & { rawPacket?: Buffe
   return error.code === 'HPE_INVALID_VERSION' && /^[!#$%&'*+.^_`|~0-9A-Za-z-]+ [^ ]+ HTTP\/[02-9]\.\d\r\n/.test(error.rawPacket?.toString('latin1') ?? '')
 }
 
+const BOTH_LENGTHS = 'The request has both Content-Length and Transfer-Encoding, or a Transfer-Encoding that cannot be read, so where its body ends is unclear; send one of the two.'
+
 /** What Node's parser found wrong (its error codes), said for the client; any other malformed request is named by the parser's own reason. */
 const malformed: Record<string, string> = {
   HPE_INVALID_EOF_STATE: 'The request ended before it had arrived whole: the client closed its side of the connection first.',
   HPE_INVALID_CHUNK_SIZE: 'The request\'s chunked body is malformed: each chunk must start with its size in hexadecimal on a line of its own.',
-  HPE_INVALID_TRANSFER_ENCODING: 'The request has both Content-Length and Transfer-Encoding, or a Transfer-Encoding that cannot be read, so where its body ends is unclear; send one of the two.',
+  HPE_INVALID_TRANSFER_ENCODING: BOTH_LENGTHS,
   HPE_UNEXPECTED_CONTENT_LENGTH: 'The Content-Length header was sent more than once; send it once.',
   HPE_INVALID_CONTENT_LENGTH: 'The Content-Length header must be a number of bytes, in decimal digits.',
   HPE_INVALID_HEADER_TOKEN: 'A header line is not valid: it needs a name without spaces, a colon, and a value without control characters.'
@@ -313,6 +315,8 @@ const malformed: Record<string, string> = {
 /** The failure Node's `error` stands for, with a sentence that says what was wrong where the parser tells. */
 function clientFailure (name: FailureName, error: NodeJS.ErrnoException & { reason?: string }): { status: number, message: string } {
   if (name !== 'badRequest') return failures[name]
+  // Content-Length after Transfer-Encoding is a Content-Length error to the parser: the same fault as the other order.
+  if (error.code === 'HPE_INVALID_CONTENT_LENGTH' && error.reason?.includes('Transfer-Encoding') === true) return { status: failures.badRequest.status, message: BOTH_LENGTHS }
   const message = malformed[error.code ?? ''] ?? (error.reason === undefined ? failures.badRequest.message : `The request could not be understood as HTTP/1.1 (${error.reason}).`)
   return { status: failures.badRequest.status, message }
 }

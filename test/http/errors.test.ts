@@ -119,6 +119,7 @@ for (const store of testStores()) {
         const cases: Array<[string, string, RegExp]> = [
           ['a chunk size that is not hexadecimal', `${post}Transfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n`, /^The request's chunked body is malformed/],
           ['Content-Length with Transfer-Encoding', `${post}Content-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n`, /^The request has both Content-Length and Transfer-Encoding/],
+          ['Transfer-Encoding with Content-Length', `${post}Transfer-Encoding: chunked\r\nContent-Length: 2\r\n\r\n0\r\n\r\n`, /^The request has both Content-Length and Transfer-Encoding/],
           ['Content-Length twice', `${post}Content-Length: 2\r\nContent-Length: 3\r\n\r\n{} `, /^The Content-Length header was sent more than once/],
           ['Content-Length not a number', `${post}Content-Length: 2x\r\n\r\n{}`, /^The Content-Length header must be a number of bytes/],
           ['a header line without a colon', 'GET /plants HTTP/1.1\r\nHost: x\r\nNo colon here\r\n\r\n', /^A header line is not valid/],
