@@ -87,7 +87,11 @@ function inOrder (requestTimeoutMs: number): FastifyServerFactory {
     // Every header line is read, however many: Node would drop those past its count (1,000),
     // and the checks would not see them (a second Authorization, an Expect). The size limit
     // (16 KiB, then 431) bounds them.
-    maxHeadersCount: 0
+    maxHeadersCount: 0,
+    // A connection whose answer moves no byte for this long (a client that stops reading it) is
+    // closed, so that it holds the answer's memory no longer. Longer than a long poll's 60 s,
+    // which writes nothing until it answers; a stream writes a comment every 10 s.
+    timeout: KEEP_ALIVE_TIMEOUT_MS
   })
 }
 
