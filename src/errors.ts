@@ -135,8 +135,10 @@ export function fieldOf (issue: ValidationIssue): string {
 function describeValidation (context: string, issues: ValidationIssue[]): string {
   const issue = issues[0]
   const named = fieldOf(issue)
-  if (named === '') return context === 'body' ? `The request body ${rule(issue)}.` : `The ${context} ${rule(issue)}.`
   const where = context === 'body' ? 'in the request body' : context === 'params' ? 'in the path' : 'in the query'
+  // `?=1`, `{"": 1}`: a name that is empty names nothing.
+  if (named === '' && issue.keyword === 'additionalProperties') return `A ${context === 'body' ? 'field' : 'parameter'} with an empty name ${where} is not one this operation takes.`
+  if (named === '') return context === 'body' ? `The request body ${rule(issue)}.` : `The ${context} ${rule(issue)}.`
   // The query parser hands a parameter given twice (`tag=a&tag=b`) over as an array.
   const complaint = context === 'querystring' && Array.isArray(issue.data) ? 'is given more than once; give it once' : rule(issue)
   return `\`${named}\` ${where} ${complaint}.`

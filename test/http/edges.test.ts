@@ -294,6 +294,11 @@ for (const store of testStores()) {
           assert.ok(isErrorBody(answer, 400), `${path}: ${answer.status} ${answer.text}`)
           assert.ok(answer.body.message.includes('`' + name + '`'), `${path}: ${answer.body.message}`)
         }
+        for (const path of ['/plants?=1', '/plants?&=x']) {
+          const nameless = await call(server, 'GET', path)
+          assert.ok(isErrorBody(nameless, 400), `${path}: ${nameless.text}`)
+          assert.equal(nameless.body.message, 'A parameter with an empty name in the query is not one this operation takes.', path)
+        }
         const post = await call(server, 'POST', '/plants?dryRun=true', { body: { id: 2, name: 'x' } })
         assert.ok(isErrorBody(post, 400) && post.body.message.includes('`dryRun`'), post.text)
         assert.equal((await call(server, 'GET', '/plants/2')).status, 404, 'the refused POST stored nothing')
