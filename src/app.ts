@@ -90,8 +90,9 @@ function inOrder (requestTimeoutMs: number): FastifyServerFactory {
     maxHeadersCount: 0,
     // A connection whose answer moves no byte for this long (a client that stops reading it) is
     // closed, so that it holds the answer's memory no longer. Longer than a long poll's 60 s,
-    // which writes nothing until it answers; a stream writes a comment every 10 s.
-    timeout: KEEP_ALIVE_TIMEOUT_MS
+    // which writes nothing until it answers (a stream writes a comment every 10 s), and than a
+    // request may take to arrive, so that a late one still gets its 408 first.
+    timeout: Math.max(KEEP_ALIVE_TIMEOUT_MS, requestTimeoutMs + 2 * ARRIVAL_CHECK_MS)
   })
 }
 

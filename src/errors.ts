@@ -296,10 +296,12 @@ const clientErrorCodes: Record<string, FailureName> = {
 /**
  * True when the parser refused a well-formed request line for its HTTP major version (HTTP/3.0):
  * 505, where a malformed one (a bare line feed, `HTTP/a.1`) is 400. A version the parser takes but
- * this server does not (2.0, 0.9) is refused by the edge check.
+ * this server does not (2.0, 0.9) is refused by the edge check. The line is looked for in the
+ * bytes the parser was reading (pipelined after other requests, perhaps); one split between two
+ * of the client's writes is not found there, and is a 400.
  */
 function namesAnotherVersion (error: NodeJS.ErrnoException & { rawPacket?: Buffer }): boolean {
-  return error.code === 'HPE_INVALID_VERSION' && /^[!#$%&'*+.^_`|~0-9A-Za-z-]+ [^ ]+ HTTP\/[02-9]\.\d\r\n/.test(error.rawPacket?.toString('latin1') ?? '')
+  return error.code === 'HPE_INVALID_VERSION' && /^[!#$%&'*+.^_`|~0-9A-Za-z-]+ [^ ]+ HTTP\/[02-9]\.\d\r$/m.test(error.rawPacket?.toString('latin1') ?? '')
 }
 
 const BOTH_LENGTHS = 'The request has both Content-Length and Transfer-Encoding, or a Transfer-Encoding that cannot be read, so where its body ends is unclear; send one of the two.'

@@ -11,17 +11,18 @@ import { USAGE } from './usage.js'
  */
 export async function importFrom (store: Store, input: AsyncIterable<Buffer>, { replace }: { replace: boolean }): Promise<number> {
   const batches = new PlantBatches(input)
+  const { empty, all } = await peek(batches)
   // An input without a single plant replaces none: `--replace` would empty the store, and an
   // export stopped before its first line (killed outright, it cannot say so) writes nothing.
-  const { empty, all } = await peek(batches)
+  if (empty && replace && (await store.list({ limit: 1 })).plants.length > 0) {
+    throw stop('The input holds no plants, so --replace would delete every plant in the store and store none (an export stopped before its first line writes nothing); check the input.')
+  }
   const result = await store.importPlants(all, { replace: replace && !empty })
   switch (result.outcome) {
     case 'imported':
       return result.plants
     case 'not-empty':
-      throw stop(replace
-        ? 'The input holds no plants, so --replace would delete every plant in the store and store none (an export stopped before its first line writes nothing); check the input.'
-        : 'The store already holds plants, and import fills an empty store only; give --replace to delete its plants first (tokens stay), in the same transaction.')
+      throw stop('The store already holds plants, and import fills an empty store only; give --replace to delete its plants first (tokens stay), in the same transaction.')
     case 'conflict':
       throw stop(`Line ${batches.lineAt(result.at)} gives the id of an earlier line with another name or tag.`)
     case 'unstorable':
@@ -35,8 +36,12 @@ async function peek<T> (items: AsyncIterable<T>): Promise<{ empty: boolean, all:
   const first = await iterator.next()
   const all = async function * (): AsyncGenerator<T> {
     if (first.done === true) return
-    yield first.value
-    for (let next = await iterator.next(); next.done !== true; next = await iterator.next()) yield next.value
+    try {
+      yield first.value
+      for (let next = await iterator.next(); next.done !== true; next = await iterator.next()) yield next.value
+    } finally {
+      await iterator.return?.() // a reader that stops early closes the source, as for await does
+    }
   }
   return { empty: first.done === true, all: all() }
 }

@@ -89,14 +89,13 @@ async function revoke (store: Store, nameOrId: string): Promise<void> {
   const asked = Date.now()
   const revoked = await store.revokeToken(nameOrId)
   if (revoked === undefined) throw new ConfigError(`No active token is named ${quoted(nameOrId)} and none has that id.`)
-  // By id, a revoked token is found as it is (its revocation kept): what was asked for holds already.
-  if (revoked.revokedAt !== undefined && revoked.revokedAt.getTime() < asked) {
-    process.stderr.write(`Token ${revoked.id} "${printable(revoked.name)}" was revoked already, at ${revoked.revokedAt.toISOString()}; nothing changed.\n`)
-    return
-  }
-  // Running servers may answer from a lookup made just before; once this returns, none does.
-  await sleep(TOKEN_CACHE_MS + 100)
-  process.stderr.write(`Revoked token ${revoked.id} "${printable(revoked.name)}"; no server accepts it any more.\n`)
+  // By id, a revoked token is found as it is: its revocation kept, from before this command.
+  const earlier = revoked.revokedAt !== undefined && revoked.revokedAt.getTime() < asked ? revoked.revokedAt : undefined
+  // Running servers may answer from a lookup made just before the revocation; once this returns, none does.
+  await sleep(Math.max(0, (earlier?.getTime() ?? Date.now()) + TOKEN_CACHE_MS + 100 - Date.now()))
+  process.stderr.write(earlier !== undefined
+    ? `Token ${revoked.id} "${printable(revoked.name)}" was revoked already, at ${earlier.toISOString()}; nothing changed.\n`
+    : `Revoked token ${revoked.id} "${printable(revoked.name)}"; no server accepts it any more.\n`)
 }
 
 const SUBCOMMANDS = {

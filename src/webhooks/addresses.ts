@@ -151,7 +151,7 @@ export async function refusalOfUrl (text: string, { allowPrivate, resolve = dns.
   if (!URL.canParse(text)) return 'The URL is not an absolute URL, such as https://example.com/hooks.'
   const url = new URL(text)
   if (url.protocol !== 'http:' && url.protocol !== 'https:') return `The URL's scheme is ${url.protocol.slice(0, -1)}; only http and https are taken.`
-  if (url.username !== '' || url.password !== '' || hasUserInfo(text)) return 'The URL must not carry a user name or password.'
+  if (hasUserInfo(text)) return 'The URL must not carry a user name or password.'
   if (url.hostname === '') return 'The URL has no host.'
   if (literalAddress(url) === undefined && !isHostName(url.hostname)) return `The URL's host is not a valid host name: labels of 1 to 63 characters, ${MAX_HOST_NAME} in all.`
   // Port 0 names no port a receiver listens on: a connection to it would go to the scheme's own.

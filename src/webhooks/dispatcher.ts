@@ -3,7 +3,7 @@
 // committed), leases the due ones, sends them with a cap on attempts in flight, and records each
 // outcome with the next attempt's time. Every step is in the store, so a restart, or another
 // instance, carries on where this one stopped.
-import { setMaxListeners } from 'node:events'
+import { defaultMaxListeners, setMaxListeners } from 'node:events'
 import { performance } from 'node:perf_hooks'
 import type { Logger } from 'pino'
 import type { Feed } from '../changes/feed.js'
@@ -64,7 +64,7 @@ export class Dispatcher {
     this.now = options.now ?? (() => new Date())
     // Each attempt in flight listens for the stop (Node warns past ten listeners): up to the cap,
     // by design, and an ended attempt's request may keep its listener a moment after the next starts.
-    setMaxListeners(2 * options.maxInFlight, this.abandon.signal)
+    setMaxListeners(Math.max(defaultMaxListeners, 2 * options.maxInFlight), this.abandon.signal)
   }
 
   /** Attempts in flight now. */

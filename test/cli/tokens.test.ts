@@ -107,6 +107,17 @@ for (const store of testStores()) {
       assert.match(cli(database, ['tokens', 'list']).stdout, new RegExp(`\\trevoked ${String(revokedAt)}\\t`), 'its revocation time unchanged')
     })
 
+    test('revoking by id a token that another process revoked a moment ago returns only once no server can accept it any more', async (t) => {
+      const database = await freshDatabase(t, store)
+      assert.equal(cli(database, ['tokens', 'create', '--name', 'ci']).status, 0)
+      await withStore(database, async (opened) => { await opened.revokeToken('ci') })
+      const started = Date.now()
+      const again = cli(database, ['tokens', 'revoke', '1'])
+      assert.match(again.stderr, /^Token 1 "ci" was revoked already, at /)
+      const took = Date.now() - started
+      assert.ok(took >= 900, `returned ${took} ms after the other revocation: a server may have looked the token up just before it, and keeps that a second`)
+    })
+
     test('lifetimes are above 0 and capped at 10 years: 520w and 3650d are accepted, longer, zero or malformed ones refused with one line', async (t) => {
       const database = await freshDatabase(t, store)
       for (const lifetime of ['999999w', '3651d', '522w', '87601h', '9999999999s']) {

@@ -98,6 +98,8 @@ for (const store of testStores()) {
         assert.ok(isRawErrorBody(answer.text, 505), `${version}: ${answer.text}`)
         assert.match(answer.text, /HTTP\/1\.1/, `${version}: the message names the version to send`)
       }
+      const pipelined = await rawExchange(server, 'GET /healthz HTTP/1.1\r\nHost: x\r\n\r\nGET /healthz HTTP/3.0\r\nHost: x\r\n\r\n', { waitMs: 1000 })
+      assert.deepEqual(pipelined.text.match(/HTTP\/1\.1 \d{3}/g), ['HTTP/1.1 200', 'HTTP/1.1 505'], `after another request: ${pipelined.text}`)
       // Malformed, or HTTP/1 in a minor version the parser does not take: 400, not 505.
       for (const line of ['GET /healthz HTTP/1.1\nHost: x\n\n', 'GET /healthz HTTP/a.1\r\n\r\n', 'GET /healthz HTTP/11.1\r\n\r\n', 'GET /healthz HTTP/1.9\r\n\r\n']) {
         const answer = await rawExchange(server, line, { waitMs: 1000 })
