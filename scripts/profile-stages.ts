@@ -18,8 +18,8 @@ import { tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { compileYardsticks } from './compile-yardsticks.js'
-import { SQLITE_BINDING } from '../src/store/sqlite-driver.js'
 import { queryOnce } from './postgres-query.js'
+import { SQLITE_BINDING } from '../src/store/sqlite-driver.js'
 
 interface CallFrame { functionName: string, url: string }
 interface Profile { nodes: Array<{ id: number, callFrame: CallFrame, children?: number[] }>, startTime: number, samples: number[], timeDeltas: number[] }

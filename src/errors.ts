@@ -316,13 +316,16 @@ const malformed: Record<string, string> = {
   HPE_INVALID_HEADER_TOKEN: 'A header line is not valid: it needs a name without spaces, a colon, and a value without control characters.'
 }
 
-/** The failure Node's `error` stands for, with a sentence that says what was wrong where the parser tells. */
-function clientFailure (name: FailureName, error: NodeJS.ErrnoException & { reason?: string }): { status: number, message: string } {
-  if (name !== 'badRequest') return failures[name]
+/** What was wrong with a malformed request, as one sentence, where the parser tells. */
+function malformedMessage (error: NodeJS.ErrnoException & { reason?: string }): string {
   // Content-Length after Transfer-Encoding is a Content-Length error to the parser: the same fault as the other order.
-  if (error.code === 'HPE_INVALID_CONTENT_LENGTH' && error.reason?.includes('Transfer-Encoding') === true) return { status: failures.badRequest.status, message: BOTH_LENGTHS }
-  const message = malformed[error.code ?? ''] ?? (error.reason === undefined ? failures.badRequest.message : `The request could not be understood as HTTP/1.1 (${error.reason}).`)
-  return { status: failures.badRequest.status, message }
+  if (error.code === 'HPE_INVALID_CONTENT_LENGTH' && error.reason?.includes('Transfer-Encoding') === true) return BOTH_LENGTHS
+  return malformed[error.code ?? ''] ?? (error.reason === undefined ? failures.badRequest.message : `The request could not be understood as HTTP/1.1 (${error.reason}).`)
+}
+
+/** The failure Node's `error` stands for; a malformed request's with the sentence that says what was wrong. */
+function clientFailure (name: FailureName, error: NodeJS.ErrnoException & { reason?: string }): { status: number, message: string } {
+  return name === 'badRequest' ? { status: failures.badRequest.status, message: malformedMessage(error) } : failures[name]
 }
 
 /**

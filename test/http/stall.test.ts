@@ -1,11 +1,9 @@
 import assert from 'node:assert/strict'
-import { spawn } from 'node:child_process'
 import { readFileSync } from 'node:fs'
 import http from 'node:http'
 import { test } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { SQLITE_BINDING } from '../../src/store/sqlite-driver.js'
-import { call, ROOT, startServer, type Server } from '../helpers.js'
+import { call, holdWriteLock, startServer, type Server } from '../helpers.js'
 
 const LOCK_MS = 8000
 const POSTS_PER_SECOND = 400
@@ -65,20 +63,10 @@ test(`while another process holds the SQLite write lock for ${LOCK_MS / 1000} s,
   t.after(() => agent.destroy())
 
   // Another process: an operator's sqlite3 session that took the write lock and sits on it.
-  const locker = spawn(process.execPath, ['-e', `
-    const db = require(${JSON.stringify(SQLITE_BINDING)})(process.argv[1])
-    db.exec('BEGIN IMMEDIATE')
-    console.log('locked')
-    setTimeout(() => { db.exec('ROLLBACK'); db.close(); console.log('released') }, ${LOCK_MS})
-  `, server.dbPath], { cwd: ROOT, stdio: ['ignore', 'pipe', 'inherit'] })
-  const lockerExited = new Promise(resolve => locker.once('exit', resolve))
-  t.after(() => { locker.kill(); return lockerExited })
-  let releasedAt = Infinity
-  await new Promise<void>(resolve => locker.stdout.setEncoding('utf8').on('data', (text: string) => {
-    if (text.includes('locked')) resolve()
-    if (text.includes('released')) releasedAt = Date.now()
-  }))
+  const { released } = await holdWriteLock(t, server.dbPath, LOCK_MS)
   const lockedAt = Date.now()
+  let releasedAt = Infinity
+  released.then(() => { releasedAt = Date.now() }, () => {}) // the holder exits as it lets go
 
   // Open loop: the POSTs leave on schedule, whether or not the earlier ones were answered.
   const posts: Array<Promise<Sent>> = []
