@@ -67,7 +67,7 @@ async function main (argv: string[]): Promise<void> {
 // to read it; stop quietly, as command-line tools do, rather than with a stack trace. Any other
 // failure to write it (a full disk) is one line and exit code 1.
 process.stdout.on('error', (error: NodeJS.ErrnoException) => {
-  if (error.code === 'EPIPE') process.exit(0)
+  if (error.code === 'EPIPE') process.exit() // with the exit code set already: 1 after a failure
   process.stderr.write(`plantstore: Could not write to stdout: ${error.message}.\n`)
   process.exit(1)
 })
@@ -76,6 +76,19 @@ main(process.argv.slice(2)).catch((error: unknown) => {
   const message = error instanceof ConfigError
     ? error.message
     : error instanceof StoreUnavailableError ? `The store is unavailable: ${error.message}` : String((error as Error).stack ?? error)
+  process.exitCode = 1
   process.stderr.write(`plantstore: ${message}\n`)
-  process.exit(1)
+  exitOnceWritten()
 })
+
+/**
+ * Exits (with process.exitCode) once stdout and stderr have written out what they hold. A reader
+ * slower than us leaves a pipe full and the rest in our memory, which process.exit drops: a failed
+ * export's last line among it, without which an import of its output would succeed.
+ */
+function exitOnceWritten (): void {
+  let writing = 2
+  const written = (): void => { if (--writing === 0) process.exit() }
+  process.stdout.write('', written)
+  process.stderr.write('', written)
+}

@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict'
 import { openDatabase } from '../../src/store/sqlite-driver.js'
 import { spawn, spawnSync } from 'node:child_process'
-import { existsSync, readFileSync, writeFileSync } from 'node:fs'
+import { closeSync, constants, existsSync, openSync, readFileSync, readSync, writeFileSync, writeSync } from 'node:fs'
 import { Readable } from 'node:stream'
 import { join } from 'node:path'
 import { test, type TestContext } from 'node:test'
@@ -31,6 +31,16 @@ function run (args: string[], databaseUrl: string, input: Buffer | string = ''):
     maxBuffer: 256 * 1024 * 1024
   })
   return { status: result.status, stdout: result.stdout, stderr: result.stderr.toString('utf8') }
+}
+
+/** The bytes `io` moved, or undefined where a non-blocking descriptor would have had to wait. */
+function tryIo (io: () => number): number | undefined {
+  try {
+    return io()
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === 'EAGAIN') return undefined
+    throw error
+  }
 }
 
 const byId = (a: PlantRecord, b: PlantRecord): number => a.id < b.id ? -1 : a.id > b.id ? 1 : 0
@@ -265,6 +275,45 @@ test('export refuses a SQLite store that does not exist (or a file that holds no
     assert.equal(refused.stderr, `plantstore: There is no store at ${path}.\n`)
     assert.ok(readFileSync(path).equals(before), 'the file is unchanged')
   }
+})
+
+test('a reader slower than the export still gets its failure line: the export exits (code 1) only once the line has gone out', async (t) => {
+  // The pipe is full when the export fails (its reader is behind), so the failure line waits in
+  // the export's memory; exiting then would drop it and leave what reads on a clean end.
+  const dir = tempDir(t)
+  const fifo = join(dir, 'out')
+  assert.equal(spawnSync('mkfifo', [fifo]).status, 0)
+  // Our reading end, which the reader holds back: the export gets the writing end.
+  const reader = openSync(fifo, constants.O_RDONLY | constants.O_NONBLOCK)
+  t.after(() => closeSync(reader))
+  const writer = openSync(fifo, constants.O_WRONLY | constants.O_NONBLOCK)
+  const filler = Buffer.alloc(4096, '#')
+  let filled = 0
+  while (tryIo(() => writeSync(writer, filler)) !== undefined) filled += filler.length
+  const child = spawn(process.execPath, [MAIN, 'export'], { env: { ...process.env, DATABASE_URL: join(dir, 'none.db') }, stdio: ['ignore', writer, 'pipe'] })
+  closeSync(writer) // the export's copy is the pipe's only writer now: the pipe ends once it exits
+  const exited = new Promise<number | null>(resolve => child.once('exit', resolve))
+  const childStderr = child.stderr
+  assert.ok(childStderr !== null)
+  const stderr = await new Promise<string>(resolve => {
+    let text = ''
+    childStderr.setEncoding('utf8').on('data', (chunk: string) => { if ((text += chunk).endsWith('\n')) resolve(text) })
+    exited.then(() => resolve(text), () => {})
+  })
+  assert.match(stderr, /^plantstore: There is no store at .*none\.db\.\n$/)
+
+  // Only now does the reader catch up, to the pipe's end.
+  const chunks: Buffer[] = []
+  const buffer = Buffer.alloc(65536)
+  const deadline = Date.now() + 10_000
+  for (let read = tryIo(() => readSync(reader, buffer)); read !== 0 && Date.now() < deadline; read = tryIo(() => readSync(reader, buffer))) {
+    if (read === undefined) await sleep(10)
+    else chunks.push(Buffer.from(buffer.subarray(0, read)))
+  }
+  const output = Buffer.concat(chunks)
+  assert.equal(output.length - filled, EXPORT_FAILED.length + 1, 'the failure line, after the backlog')
+  assert.equal(output.subarray(filled).toString(), `${EXPORT_FAILED}\n`)
+  assert.equal(await exited, 1)
 })
 
 test('postgres: export from a database that holds no store refuses it, creating nothing; export | import --replace leaves the target as it was', { skip: PG_URL === undefined ? PG_SKIP : false }, async (t) => {
