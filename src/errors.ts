@@ -356,6 +356,9 @@ export function clientErrorHandler (refused: ReportRefusal): (error: NodeJS.Errn
       })
       return
     }
+    // The request being read (its body too slow): nothing more of it is read, or it could still
+    // arrive whole behind its refusal, and be carried out.
+    if (current !== undefined) socket.pause()
     refused(name, { code: error.code }, socket)
     answerOnSocket(socket, failure)
   }

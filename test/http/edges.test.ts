@@ -120,6 +120,41 @@ for (const store of testStores()) {
       assert.equal((await call(server, 'GET', '/plants/408')).status, 404)
     })
 
+    test('a request answered 408 is not carried out when the rest of its body arrives after the answer: nothing stored, its request line says 408', async (t) => {
+      const server = await startServer(t, { store, env: { REQUEST_TIMEOUT: '1' } })
+      const created = await call(server, 'POST', '/plants', { body: { id: 409, name: 'Kept' } })
+      const cases: Array<[string, string, string]> = [
+        ['POST', '/plants', '{"id": 408, "name": "Late"}'],
+        ['PUT', '/plants/409', '{"name": "Changed late"}'],
+        ['DELETE', '/plants/409', '{"reason": "late"}']
+      ]
+      for (const [method, path, body] of cases) {
+        const head = `${method} ${path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${server.token}\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n`
+        const { text } = await new Promise<{ text: string }>((resolve) => {
+          const { hostname, port } = new URL(server.url)
+          const socket = connect(Number(port), hostname, () => socket.write(head + body.slice(0, 5)))
+          let text = ''
+          socket.setEncoding('utf8').on('data', (chunk: string) => {
+            // Answered 408: the client, which did not read while it wrote, sends the rest at once.
+            if (text === '') socket.write(body.slice(5))
+            text += chunk
+          })
+          socket.on('error', () => {}) // the server may reset the connection once it has lingered
+          socket.on('close', () => resolve({ text }))
+        })
+        assert.ok(isRawErrorBody(text, 408), `${method}: ${text}`)
+      }
+      await sleep(300)
+      assert.equal((await call(server, 'GET', '/plants/408')).status, 404, 'the POST answered 408 stored nothing')
+      const kept = await call(server, 'GET', '/plants/409')
+      assert.deepEqual([kept.status, kept.body, kept.headers.get('etag')], [200, { id: 409, name: 'Kept' }, created.headers.get('etag')], 'the PUT and the DELETE answered 408 changed nothing')
+      // Each request is recorded once its connection has gone, after the lingering close (2 s).
+      const writes = (): Array<[string, number]> => server.stdout().trim().split('\n').map(line => JSON.parse(line))
+        .filter(line => line.msg === 'request' && line.method !== 'GET').map(line => [line.method, line.status])
+      for (const deadline = Date.now() + 5000; writes().length < 4 && Date.now() < deadline;) await sleep(100)
+      assert.deepEqual(writes(), [['POST', 200], ['POST', 408], ['PUT', 408], ['DELETE', 408]])
+    })
+
     test('a request whose headers stop arriving, and a connection that sends nothing, are closed once REQUEST_TIMEOUT has passed', async (t) => {
       const server = await startServer(t, { store, env: { REQUEST_TIMEOUT: '2' } })
       const headers = await rawExchange(server, 'GET /plants HTTP/1.1\r\nHost: x\r\n', { waitMs: 5000 })
