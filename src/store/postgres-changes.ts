@@ -58,16 +58,26 @@ async function logged (client: pg.ClientBase, type: ChangeType, plant: PlantReco
 
 /**
  * Runs one plant write on `client` (taken from the pool for it) in a transaction: `work` answers
- * its outcome and whether it changed anything. COMMIT if it did, else ROLLBACK. Any failure rolls
- * back by the caller dropping the connection.
+ * its outcome and whether it changed anything. Any failure rolls back by the caller dropping the
+ * connection.
  */
 async function write<T> (client: pg.ClientBase, work: () => Promise<{ changed: boolean, outcome: T }>): Promise<T> {
   await client.query('BEGIN')
   const { changed, outcome } = await work()
-  if (changed) await commit(client)
-  else await client.query('ROLLBACK')
+  if (!changed) await client.query(FENCE_SQL)
+  await commit(client)
   return outcome
 }
+
+/**
+ * What a write that changes nothing commits instead (its answer drawn from what others wrote: an
+ * identical retry's 200, a 409, a 404): a WAL record, so that its COMMIT waits, as a change's does,
+ * until the WAL and a synchronous standby hold everything it read. A write whose wait for the
+ * standby was cancelled is visible on the primary before the standby has it: its retry must not
+ * answer 200 before then, or a promotion of that standby loses an acknowledged write. The head's
+ * value stays; its lock, taken last as every write takes it, orders this like one.
+ */
+const FENCE_SQL = 'UPDATE change_log SET head = head'
 
 const STORED_SQL = 'SELECT name, tag, version FROM plants WHERE id = $1::int8'
 

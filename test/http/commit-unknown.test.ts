@@ -89,7 +89,7 @@ test('PostgreSQL: the connection lost while COMMIT is under way is a 503, whethe
   assert.deepEqual(changes.body.map((change: { plant: { id: number } }) => change.plant.id), [1, 2], 'each logged once')
 })
 
-test('PostgreSQL: a wait for synchronous replication cancelled is a 503, though PostgreSQL committed locally; the identical retry answers 200', { skip: CLUSTER_SKIP ?? false }, async (t) => {
+test('PostgreSQL: a wait for synchronous replication cancelled is a 503, though PostgreSQL committed locally; the identical retry answers 200 only once the standby has the write', { skip: CLUSTER_SKIP ?? false }, async (t) => {
   const primary = await primaryAlone(t)
   const store = await PostgresStore.open(primary.url, { writeTimeoutMs: 10_000 })
   t.after(() => store.close())
@@ -106,8 +106,19 @@ test('PostgreSQL: a wait for synchronous replication cancelled is a 503, though 
   await primary.query("SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE wait_event = 'SyncRep'")
   await assert.rejects(creating, (error: Error) => error instanceof StoreUnavailableError && /outcome is unknown.*synchronous replication/.test(error.message))
 
+  assert.deepEqual(await store.get(7n), { plant: { id: 7n, name: 'Fern' }, version: 1n }, 'committed locally all the same')
+
+  // The identical retry finds it stored, and answers so only once the standby has it too: else a
+  // promotion of that standby would lose a write answered 200.
+  let answered = false
+  const retry = store.create({ id: 7n, name: 'Fern' }).finally(() => { answered = true })
+  await waitFor(async () => (await primary.query("SELECT 1 FROM pg_stat_activity WHERE wait_event = 'SyncRep'")).rowCount === 1, 'the retry waits for the standby')
+  await new Promise(resolve => setTimeout(resolve, 200))
+  assert.equal(answered, false, 'no answer while the standby lacks the write')
   await primary.query("ALTER SYSTEM SET synchronous_standby_names = ''")
   await primary.query('SELECT pg_reload_conf()')
-  assert.deepEqual(await store.get(7n), { plant: { id: 7n, name: 'Fern' }, version: 1n }, 'committed locally all the same')
-  assert.deepEqual(await store.create({ id: 7n, name: 'Fern' }), { outcome: 'same', version: 1n }, 'the retry: the truth')
+  assert.deepEqual(await retry, { outcome: 'same', version: 1n }, 'the retry: the truth, once durable')
+  assert.deepEqual(await store.create({ id: 7n, name: 'Fern' }), { outcome: 'same', version: 1n })
+  assert.deepEqual(await store.create({ id: 7n, name: 'Other' }), { outcome: 'conflict', version: 1n })
+  assert.deepEqual((await primary.query('SELECT head FROM change_log')).rows, [{ head: '1' }], 'a retry logs nothing')
 })
