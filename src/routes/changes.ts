@@ -91,6 +91,8 @@ export const changes: FastifyPluginAsync<{ store: Store, feed: Feed, stillAllowe
         } finally {
           feed.release('polls')
         }
+        // The token as it stands now, not as the poll found it: one revoked or expired meanwhile gets none of the changes made since.
+        if (!await stillAllowed(request, 'plants:read')) throw new ApiError('badToken')
       }
       reply.header('link', linkTo(request.url, 'after', page.next))
       return page.changes.map(changeOf)

@@ -130,6 +130,21 @@ for (const store of testStores()) {
         const answer = await polled
         assert.deepEqual(changesIn(answer).map(change => [change.position, change.id]), [['7', '8']])
       })
+
+      await t.test('long poll: a token revoked or expired while its poll waits gets 401, not the changes made since', async () => {
+        const revoked = cli(server, ['tokens', 'create', '--name', 'revoked-poller', '--scope', 'plants:read']).stdout.trim()
+        const expiring = cli(server, ['tokens', 'create', '--name', 'expiring-poller', '--scope', 'plants:read', '--expires-in', '3s']).stdout.trim()
+        const expiresAt = Date.now() + 3000
+        const head = nextAfter(await call(server, 'GET', '/plants/changes?limit=1000'))
+        const polls = [revoked, expiring].map(token => call(server, 'GET', `/plants/changes?after=${head}&wait=15`, { token }))
+        assert.equal(cli(server, ['tokens', 'revoke', 'revoked-poller']).status, 0) // returns once no server accepts it
+        await new Promise(resolve => setTimeout(resolve, Math.max(0, expiresAt - Date.now()) + 1200)) // past the expiry and the token cache's second
+        await write(server, 'POST', '/plants', { id: 9, name: 'After the revocation' })
+        for (const answer of await Promise.all(polls)) {
+          assert.ok(isErrorBody(answer, 401), `${answer.status} ${answer.text}`)
+          assert.equal(answer.headers.get('www-authenticate'), 'Bearer')
+        }
+      })
     })
 
     test('list-then-watch: a change committed during the list is in the list or in the feed after its Changes-Position, never both, never neither', async (t) => {
