@@ -381,7 +381,7 @@ export interface webhooks {
         put?: never;
         /**
          * A plant was created
-         * @description Sent to each enabled subscription whose `events` include `plant.created` (and whose `tag`, if any, the plant carried before or after the change), once the change has committed; at least once, so de-duplicate on `webhook-id`; not necessarily in order, so order by `webhook-position`. Any 2xx within 15 s counts as delivered; anything else (no answer, another status, a redirect, which is not followed) is retried 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 14 h, 20 h and 24 h after the previous attempt (each give or take 10%, longer if `Retry-After` asks), then the delivery has failed. `410` disables the subscription at once. The body is the plant as the change left it.
+         * @description Sent to each enabled subscription whose `events` include `plant.created` (and whose `tag`, if any, the plant carried before or after the change), once the change has committed; at least once, so de-duplicate on `webhook-id`; not necessarily in order, so order by `webhook-position`. Any 2xx within 15 s counts as delivered; anything else (no answer, another status, a redirect, which is not followed) is retried 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 14 h, 20 h and 24 h after the previous attempt (each give or take 10%, longer if `Retry-After` asks), then the delivery has failed. `410` disables the subscription at once; the delivery it answered stays pending, and goes when the subscription is enabled again. The body is the plant as the change left it.
          */
         post: operations["onPlantCreated"];
         delete?: never;
@@ -401,7 +401,7 @@ export interface webhooks {
         put?: never;
         /**
          * A plant was replaced
-         * @description Sent to each enabled subscription whose `events` include `plant.updated` (and whose `tag`, if any, the plant carried before or after the change), once the change has committed; at least once, so de-duplicate on `webhook-id`; not necessarily in order, so order by `webhook-position`. Any 2xx within 15 s counts as delivered; anything else (no answer, another status, a redirect, which is not followed) is retried 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 14 h, 20 h and 24 h after the previous attempt (each give or take 10%, longer if `Retry-After` asks), then the delivery has failed. `410` disables the subscription at once. The body is the plant as the change left it.
+         * @description Sent to each enabled subscription whose `events` include `plant.updated` (and whose `tag`, if any, the plant carried before or after the change), once the change has committed; at least once, so de-duplicate on `webhook-id`; not necessarily in order, so order by `webhook-position`. Any 2xx within 15 s counts as delivered; anything else (no answer, another status, a redirect, which is not followed) is retried 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 14 h, 20 h and 24 h after the previous attempt (each give or take 10%, longer if `Retry-After` asks), then the delivery has failed. `410` disables the subscription at once; the delivery it answered stays pending, and goes when the subscription is enabled again. The body is the plant as the change left it.
          */
         post: operations["onPlantUpdated"];
         delete?: never;
@@ -421,7 +421,7 @@ export interface webhooks {
         put?: never;
         /**
          * A plant was deleted
-         * @description Sent to each enabled subscription whose `events` include `plant.deleted` (and whose `tag`, if any, the plant carried before or after the change), once the change has committed; at least once, so de-duplicate on `webhook-id`; not necessarily in order, so order by `webhook-position`. Any 2xx within 15 s counts as delivered; anything else (no answer, another status, a redirect, which is not followed) is retried 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 14 h, 20 h and 24 h after the previous attempt (each give or take 10%, longer if `Retry-After` asks), then the delivery has failed. `410` disables the subscription at once. The body is the plant as it was.
+         * @description Sent to each enabled subscription whose `events` include `plant.deleted` (and whose `tag`, if any, the plant carried before or after the change), once the change has committed; at least once, so de-duplicate on `webhook-id`; not necessarily in order, so order by `webhook-position`. Any 2xx within 15 s counts as delivered; anything else (no answer, another status, a redirect, which is not followed) is retried 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 14 h, 20 h and 24 h after the previous attempt (each give or take 10%, longer if `Retry-After` asks), then the delivery has failed. `410` disables the subscription at once; the delivery it answered stays pending, and goes when the subscription is enabled again. The body is the plant as it was.
          */
         post: operations["onPlantDeleted"];
         delete?: never;

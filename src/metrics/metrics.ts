@@ -157,7 +157,7 @@ export function createMetrics () {
     }),
     webhookAttemptsTotal: new Counter({
       name: 'plantstore_webhook_attempts_total',
-      help: 'Webhook attempts this process made, by outcome: delivered (a 2xx), retrying (failed, another attempt scheduled), failed (the last attempt failed, or a 410); the count of the duration histogram.',
+      help: 'Webhook attempts this process made, by outcome: delivered (a 2xx), retrying (failed, another attempt scheduled), failed (the last attempt failed); the count of the duration histogram.',
       labelNames: ['outcome'],
       registers,
       collect () {

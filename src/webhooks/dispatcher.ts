@@ -162,7 +162,11 @@ export class Dispatcher {
     this.inFlight.add(attempt)
   }
 
-  /** What an attempt's result means for its delivery: delivered, due again, failed for good; a 410 disables the subscription. */
+  /**
+   * What an attempt's result means for its delivery: delivered, due again, failed for good. A 410
+   * disables the subscription and keeps its delivery pending, due at once: it goes, with the
+   * others kept while disabled, when the subscription is enabled again.
+   */
   private judge (delivery: ClaimedDelivery, at: Date, result: AttemptResult): AttemptOutcome {
     const { statusCode, error, durationMs } = result
     const attempt = { at, durationMs, ...(statusCode === undefined ? {} : { statusCode }), ...(error === undefined ? {} : { error }) }
@@ -170,8 +174,9 @@ export class Dispatcher {
     if (statusCode !== undefined && statusCode >= 200 && statusCode < 300) return { ...base, delivered: true }
     const after = this.now()
     if (result.abandoned === true) return { ...base, delivered: false, nextAt: after }
-    const nextAt = statusCode === 410 ? undefined : nextAttemptAt(delivery.attempts + 1, after, retryAfterMs(result.retryAfter, after), this.options.random)
-    return { ...base, delivered: false, ...(nextAt === undefined ? {} : { nextAt }), ...(statusCode === 410 ? { disable: 'The receiver answered 410 Gone.' } : {}) }
+    if (statusCode === 410) return { ...base, delivered: false, nextAt: after, disable: 'The receiver answered 410 Gone.' }
+    const nextAt = nextAttemptAt(delivery.attempts + 1, after, retryAfterMs(result.retryAfter, after), this.options.random)
+    return { ...base, delivered: false, ...(nextAt === undefined ? {} : { nextAt }) }
   }
 
   /** Records the outcomes not yet recorded. */

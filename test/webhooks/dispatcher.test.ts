@@ -109,7 +109,8 @@ test('Retry-After lengthens the wait; a redirect is a failure and is not followe
   clock.now = second.nextAt!
   dispatcher.poke()
   const third = await afterAttempts(store, hook.id, 3)
-  assert.equal(third.status, 'failed')
+  assert.equal(third.status, 'pending', 'kept, to go once the subscription is enabled')
+  assert.equal(third.nextAt?.getTime(), clock.now.getTime(), 'due at once: nothing but the subscription holds it')
   assert.deepEqual((await store.webhooks.get(hook.id))!.disabled, { at: clock.now, reason: 'The receiver answered 410 Gone.' })
   await store.create({ id: 2n, name: 'Moss' })
   dispatcher.poke()
