@@ -5,8 +5,16 @@ import { StoreUnavailableError, type CountRefusal } from '../errors.js'
 import type { Series } from './histogram.js'
 import type { Metrics } from './metrics.js'
 
+declare module 'fastify' {
+  interface FastifyContextConfig {
+    /** A route that only refuses (methods no other route of its path takes): counted and logged as no route, as the other methods' refusals are. */
+    unrouted?: boolean
+  }
+}
+
 /** The route label of a request that matched no route (404, 405): one series, whatever paths are tried. */
 const UNMATCHED = 'unmatched'
+
 /** The status label of a request whose client closed the connection before the answer was written (nginx's convention). */
 const CLIENT_CLOSED = 499
 
@@ -69,7 +77,8 @@ export function requestRecorder (metrics: Metrics, log: Logger): (request: Fasti
   }
 
   return (request, reply) => {
-    const url = request.routeOptions.url
+    const { url: declared, config } = request.routeOptions
+    const url = config.unrouted === true ? undefined : declared
     const counted = url !== '/metrics'
     if (!counted && !logging) return
     const start = performance.now()

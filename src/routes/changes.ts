@@ -105,6 +105,7 @@ export const changes: FastifyPluginAsync<{ store: Store, feed: Feed, stillAllowe
   app.route({
     method: ['PUT', 'DELETE'],
     url: '/plants/changes',
+    config: { unrouted: true }, // counted and logged as the refusals of the other methods, under no route
     onRequest: (request, _reply, done) => { done(unroutedRefusal(request)) },
     handler: async (request) => { throw unroutedRefusal(request) } // not reached: onRequest has answered
   })

@@ -129,6 +129,18 @@ test('GET /metrics: the Prometheus text format, without a token, like the other 
     assert.deepEqual(keys(after), keys(before), 'the same series, no new ones')
     for (const method of methods) assert.equal(requests(after, method, 'unmatched', '404') - requests(before, method, 'unmatched', '404'), 200, method)
   })
+
+  await t.test('a method a known path does not take (405) counts under route="unmatched", whichever it is', async () => {
+    const before = await scrape(server)
+    for (const [method, path] of [['POST', '/plants/changes'], ['PUT', '/plants/changes'], ['DELETE', '/plants/changes'], ['PATCH', '/plants/changes'], ['POST', '/plants/1']]) {
+      assert.equal((await call(server, method, path)).status, 405, `${method} ${path}`)
+    }
+    const after = await scrape(server)
+    for (const method of ['POST', 'PUT', 'DELETE', 'PATCH']) {
+      assert.equal(requests(after, method, 'unmatched', '405') - requests(before, method, 'unmatched', '405'), method === 'POST' ? 2 : 1, method)
+      assert.equal(requests(after, method, '/plants/changes', '405'), 0, `${method}: no series of its own`)
+    }
+  })
 })
 
 test('the change log\'s metrics: changes written by type, the log\'s head and oldest kept position, readers by kind', async (t) => {
