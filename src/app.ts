@@ -96,6 +96,11 @@ function inOrder (requestTimeoutMs: number): FastifyServerFactory {
   })
 }
 
+/** True when a Content-Encoding header names no coding but `identity`: absent, empty, or a list of `identity` (RFC 9110 8.4). */
+function isIdentityCoding (header: string | undefined): boolean {
+  return header === undefined || header.split(',').every(coding => ['', 'identity'].includes(coding.trim().toLowerCase()))
+}
+
 /** A HEAD answer's last onSend: a 304, and the head of an event stream, carry no Content-Length (neither has a body of that length). */
 const withoutMisstatedLength: onSendHookHandler = (_request, reply, payload, done) => {
   if (reply.statusCode === 304 || String(reply.getHeader('content-type')).startsWith('text/event-stream')) reply.removeHeader('content-length')
@@ -137,8 +142,7 @@ export async function buildApp ({ config, store: bareStore, log = pino({ level: 
   app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (request, bytes, done) => {
     const body = bytes as Buffer
     if (!isUtf8Charset(request.headers['content-type'])) return done(new ApiError('unsupportedCharset'), undefined)
-    const encoding = request.headers['content-encoding']
-    if (encoding !== undefined && encoding.toLowerCase() !== 'identity') return done(new ApiError('unsupportedEncoding'), undefined)
+    if (!isIdentityCoding(request.headers['content-encoding'])) return done(new ApiError('unsupportedEncoding'), undefined)
     if (!isUtf8(body)) return done(new ApiError('invalidText'), undefined)
     const text = body.toString('utf8')
     let value: unknown

@@ -304,6 +304,11 @@ function namesAnotherVersion (error: NodeJS.ErrnoException & { rawPacket?: Buffe
   return error.code === 'HPE_INVALID_VERSION' && /^[!#$%&'*+.^_`|~0-9A-Za-z-]+ [^ ]+ HTTP\/[02-9]\.\d\r$/m.test(error.rawPacket?.toString('latin1') ?? '')
 }
 
+/** True when the parser refused a Content-Length of decimal digits for its size alone (more than 64 bits): a body over the limit, 413. */
+function declaresTooLong (error: NodeJS.ErrnoException & { reason?: string }): boolean {
+  return error.code === 'HPE_INVALID_CONTENT_LENGTH' && error.reason === 'Content-Length overflow'
+}
+
 const BOTH_LENGTHS = 'The request has both Content-Length and Transfer-Encoding, or a Transfer-Encoding that cannot be read, so where its body ends is unclear; send one of the two.'
 
 /** What Node's parser found wrong (its error codes), said for the client; any other malformed request is named by the parser's own reason. */
@@ -335,7 +340,7 @@ function clientFailure (name: FailureName, error: NodeJS.ErrnoException & { reas
  */
 export function clientErrorHandler (refused: ReportRefusal): (error: NodeJS.ErrnoException, socket: Socket) => void {
   return (error, socket) => {
-    const name = clientErrorCodes[error.code ?? ''] ?? (namesAnotherVersion(error) ? 'httpVersionNotSupported' : 'badRequest')
+    const name = clientErrorCodes[error.code ?? ''] ?? (declaresTooLong(error) ? 'bodyTooLarge' : namesAnotherVersion(error) ? 'httpVersionNotSupported' : 'badRequest')
     const failure = clientFailure(name, error)
     // A reset or a closed socket is no request: nothing to answer and nothing worth a warning.
     if (error.code === 'ECONNRESET' || !socket.writable) {

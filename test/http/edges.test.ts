@@ -253,11 +253,16 @@ for (const store of testStores()) {
         }
       })
 
-      await t.test('a compressed body is 415: bodies are read as sent', async () => {
-        const answer = await call(server, 'POST', '/plants', { raw: '{"id":10,"name":"x"}', headers: { 'content-encoding': 'gzip' } })
-        assert.ok(isErrorBody(answer, 415), answer.text)
-        assert.match(answer.body.message, /Content-Encoding/)
+      await t.test('a compressed body is 415: bodies are read as sent; a Content-Encoding that names no coding but identity (empty, a list) is none', async () => {
+        for (const coding of ['gzip', 'identity, gzip', 'br']) {
+          const answer = await call(server, 'POST', '/plants', { raw: '{"id":10,"name":"x"}', headers: { 'content-encoding': coding } })
+          assert.ok(isErrorBody(answer, 415), `${coding}: ${answer.text}`)
+          assert.match(answer.body.message, /Content-Encoding/)
+        }
         assert.equal((await call(server, 'GET', '/plants/10')).status, 404)
+        for (const [id, coding] of [[1012, ''], [1013, 'Identity'], [1014, 'identity, identity'], [1015, ' , identity']] as const) {
+          assert.equal((await call(server, 'POST', '/plants', { raw: `{"id":${id},"name":"x"}`, headers: { 'content-encoding': coding } })).status, 200, JSON.stringify(coding))
+        }
       })
 
       await t.test('a transfer coding other than chunked is 501 (RFC 9112 6.1), or 400 and closed without chunked last (6.3), nothing stored; plain chunked is fine', async () => {
