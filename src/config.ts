@@ -1,5 +1,5 @@
 import { isIP } from 'node:net'
-import { parseDuration } from './tokens.js'
+import { parseDuration, TEN_YEARS_MS } from './tokens.js'
 
 /** Everything the server reads from its environment, parsed once at start. */
 export interface Config {
@@ -106,7 +106,7 @@ const table = {
     fallback: '7d',
     parse: (t: string) => {
       const ms = parseDuration(t)
-      if (ms === undefined || ms > 3650 * 86_400_000) throw new ConfigError(`CHANGES_RETENTION must be a duration such as 7d, 12h, 30m or 90s (up to 10 years), not "${t}".`)
+      if (ms === undefined || ms > TEN_YEARS_MS) throw new ConfigError(`CHANGES_RETENTION must be a duration such as 7d, 12h, 30m or 90s (up to 10 years), not "${t}".`)
       return ms
     }
   },

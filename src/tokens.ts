@@ -29,12 +29,12 @@ export function isScope (text: string): text is Scope {
 
 const UNITS: Record<string, number> = { s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000, w: 604_800_000 }
 
-/** The longest lifetime a token may be given: 10 years, written 3650d (or 521w). */
-export const MAX_TOKEN_LIFETIME_MS = 3650 * UNITS.d
+/** Ten years, as long as ten calendar years can be: 3653 days (three of them leap years), or 521 weeks and 6 days. */
+export const TEN_YEARS_MS = 3653 * UNITS.d
 
 /** Parses a lifetime such as `30d`, `12h`, `15m`, `90s` or `2w` into milliseconds; undefined if malformed. */
 export function parseDuration (text: string): number | undefined {
-  const match = /^(\d{1,10})([smhdw])$/.exec(text)
+  const match = /^(\d+)([smhdw])$/.exec(text) // however many digits: a bound is the caller's, and its message
   if (match === null || Number(match[1]) === 0) return undefined
   return Number(match[1]) * UNITS[match[2]]
 }

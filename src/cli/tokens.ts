@@ -2,7 +2,7 @@ import { writeSync } from 'node:fs'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { ConfigError } from '../config.js'
 import { DEFAULT_SCOPES, type NewToken, type Scope, type Store, type TokenRecord } from '../store/store.js'
-import { digestOf, generateToken, isScope, isTokenName, MAX_TOKEN_LIFETIME_MS, parseDuration, TOKEN_CACHE_MS } from '../tokens.js'
+import { digestOf, generateToken, isScope, isTokenName, parseDuration, TEN_YEARS_MS, TOKEN_CACHE_MS } from '../tokens.js'
 import { parseCommand, quoted, type Parsed } from './args.js'
 import { databaseUrlOf, openForCommand } from './database.js'
 import { USAGE } from './usage.js'
@@ -26,7 +26,7 @@ function describeToken (token: TokenRecord): string {
 function expiryOf (text: string): Date {
   const lifetime = parseDuration(text)
   if (lifetime === undefined) throw new ConfigError(`--expires-in takes a whole number above 0 and a unit (s, m, h, d, w), such as 30d, not ${quoted(text)}.`)
-  if (lifetime > MAX_TOKEN_LIFETIME_MS) throw new ConfigError(`--expires-in is at most 10 years (3650d or 521w), not ${quoted(text)}.`)
+  if (lifetime > TEN_YEARS_MS) throw new ConfigError(`--expires-in is at most 10 years (3653d or 521w), not ${quoted(text)}.`)
   return new Date(Date.now() + lifetime)
 }
 

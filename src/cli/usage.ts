@@ -56,7 +56,7 @@ Creates a token and prints it alone on stdout, once: TOKEN=$(plantstore tokens c
   --scope S            plants:read, plants:write or admin; repeat for several
                        (default: plants:read and plants:write)
   --expires-in TIME    a number and a unit, s m h d or w (30d, 12h, 2w); at most 10 years
-                       (3650d); default: never expires
+                       (3653d); default: never expires
 ${DATABASE}`,
 
   'tokens list': `Usage: plantstore tokens list [flags]
