@@ -1,7 +1,7 @@
-import { existsSync } from 'node:fs'
 import { resolve } from 'node:path'
 import { isPostgresUrl, loadConfig } from '../config.js'
-import { openStore } from '../store/open.js'
+import { NoStoreHereError, openStore } from '../store/open.js'
+import { holdsStore } from '../store/sqlite-schema.js'
 import type { Store } from '../store/store.js'
 
 /**
@@ -12,14 +12,31 @@ export function databaseUrlOf (flag: string | undefined): string {
   return loadConfig({ DATABASE_URL: process.env.DATABASE_URL }, flag === undefined ? {} : { databaseUrl: flag }).databaseUrl
 }
 
+/** Whether `databaseUrl` holds a store already, looked at without creating anything. */
+async function holdsStoreAt (databaseUrl: string): Promise<boolean> {
+  if (!isPostgresUrl(databaseUrl)) return holdsStore(databaseUrl)
+  try {
+    await (await openStore(databaseUrl, { create: false })).close()
+    return true
+  } catch (error) {
+    if (error instanceof NoStoreHereError) return false
+    throw error
+  }
+}
+
 /**
- * Opens the store for an operator command, creating and migrating it if needed. Creating one
- * is said on stderr with the absolute path: a relative path or a forgotten DATABASE_URL would
- * otherwise leave tokens in a store that no server reads.
+ * Opens the store for an operator command, creating and migrating it if needed. A store made
+ * is said on stderr, where it is (the absolute path; for PostgreSQL, not the URL, which may hold a
+ * password): a relative path, a forgotten DATABASE_URL or search_path would otherwise leave tokens
+ * in a store that no server reads.
  */
 export async function openForCommand (databaseUrl: string): Promise<Store> {
-  if (!isPostgresUrl(databaseUrl) && !existsSync(databaseUrl)) {
-    process.stderr.write(`plantstore: no store at ${resolve(databaseUrl)} yet, so a new, empty one is created there (give --database-url or DATABASE_URL to use another).\n`)
+  const existed = await holdsStoreAt(databaseUrl)
+  const store = await openStore(databaseUrl)
+  if (!existed) {
+    process.stderr.write(isPostgresUrl(databaseUrl)
+      ? 'plantstore: there was no store in the PostgreSQL database in DATABASE_URL (its search_path held no plantstore tables), so a new, empty one was made there.\n'
+      : `plantstore: there was no store at ${resolve(databaseUrl)}, so a new, empty one was made there (give --database-url or DATABASE_URL to use another).\n`)
   }
-  return await openStore(databaseUrl)
+  return store
 }

@@ -8,6 +8,9 @@ import { holdsStore } from './sqlite-schema.js'
 import { SqliteStore } from './sqlite.js'
 import type { Store } from './store.js'
 
+/** There is no store where a command that only reads (`create: false`) was pointed: nothing was created. */
+export class NoStoreHereError extends ConfigError {}
+
 /** `cause` as the end of a sentence: one full stop, whether or not the cause brought its own. */
 const ending = (cause: string): string => `${cause.replace(/\.$/, '')}.`
 
@@ -24,13 +27,13 @@ export async function openStore (databaseUrl: string, { create = true }: { creat
       return await PostgresStore.open(databaseUrl, {}, { create })
     } catch (error) {
       // The URL may hold a password: the line names the cause, not the URL.
-      if (error instanceof NoStoreError) throw new ConfigError('There is no store in the PostgreSQL database in DATABASE_URL (its search_path holds no plantstore tables).')
+      if (error instanceof NoStoreError) throw new NoStoreHereError('There is no store in the PostgreSQL database in DATABASE_URL (its search_path holds no plantstore tables).')
       // No schema to create the tables in: the search_path names only schemas that do not exist.
       if (sqlstateOf(error) === '3F000') throw new ConfigError('Cannot open the PostgreSQL database in DATABASE_URL: its search_path names no schema that exists; create it first (CREATE SCHEMA name) or fix the search_path option.')
       throw new ConfigError(`Cannot open the PostgreSQL database in DATABASE_URL: ${ending(describe(error))}`)
     }
   }
-  if (!create && !holdsStore(databaseUrl)) throw new ConfigError(`There is no store at ${resolve(databaseUrl)}.`)
+  if (!create && !holdsStore(databaseUrl)) throw new NoStoreHereError(`There is no store at ${resolve(databaseUrl)}.`)
   try {
     return new SqliteStore(databaseUrl)
   } catch (error) {

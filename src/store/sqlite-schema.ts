@@ -32,6 +32,26 @@ export function holdsStore (path: string): boolean {
 }
 
 /**
+ * Throws when the file at `path` is another program's SQLite database (tables, none of them
+ * plantstore's): a store is made only in a file of its own, and such a file is left as it was.
+ * Read without changing it; a file SQLite cannot read is for the opening to refuse.
+ */
+export function refuseOtherDatabase (path: string): void {
+  let db: Database.Database
+  try {
+    db = openDatabase(path, { readonly: true, fileMustExist: true })
+  } catch {
+    return
+  }
+  try {
+    const tables = db.prepare("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'").pluck().safeIntegers(false).get() as number
+    if (tables > 0 && versionOf(db) === 0) throw new Error('it holds another program\'s database (tables, none of them plantstore\'s); give plantstore a file of its own')
+  } finally {
+    db.close()
+  }
+}
+
+/**
  * Runs `step`, again while another process holds a lock it needs, for up to `ms`. Switching a new
  * file to WAL can fail at once with SQLITE_BUSY when several processes open it together: SQLite
  * does not wait in its busy handler there. Start-up only, so a blocking pause is fine.

@@ -1,11 +1,12 @@
 import assert from 'node:assert/strict'
 import { spawn, spawnSync } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
-import { closeSync, existsSync, openSync } from 'node:fs'
+import { closeSync, existsSync, openSync, readdirSync, readFileSync, statSync } from 'node:fs'
 import { join } from 'node:path'
 import { describe, test } from 'node:test'
 import { cli, freshDatabase, MAIN, tempDir, testStores } from '../helpers.js'
 import { withStore } from '../stored.js'
+import { openDatabase } from '../../src/store/sqlite-driver.js'
 
 const ONE_LINE = /^plantstore: [^\n]+\n$/
 /** What `tokens list` says on stderr of a store without tokens. */
@@ -33,10 +34,12 @@ for (const store of testStores()) {
     })
 
     if (store === 'postgres') {
-      test('a tokens command on a new PostgreSQL schema says nothing of a new store: the database exists, the operator made it', async (t) => {
-        const listed = cli(await freshDatabase(t, store), ['tokens', 'list'])
+      test('a tokens command that makes a store in a PostgreSQL schema without one says so (a forgotten search_path lands in another), without the URL; an existing store is not announced', async (t) => {
+        const database = await freshDatabase(t, store)
+        const listed = cli(database, ['tokens', 'list'])
         assert.equal(listed.status, 0, listed.stderr)
-        assert.deepEqual([listed.stdout, listed.stderr], ['', NO_TOKENS])
+        assert.deepEqual([listed.stdout, listed.stderr], ['', 'plantstore: there was no store in the PostgreSQL database in DATABASE_URL (its search_path held no plantstore tables), so a new, empty one was made there.\n' + NO_TOKENS])
+        assert.deepEqual(cli(database, ['tokens', 'list']).stderr, NO_TOKENS, 'not announced again')
       })
     }
 
@@ -148,10 +151,30 @@ test('a tokens command that creates a new store says so on stderr with its absol
   assert.equal(first.stdout, '')
   assert.ok(first.stderr.endsWith(NO_TOKENS), first.stderr)
   assert.match(first.stderr.slice(0, -NO_TOKENS.length), ONE_LINE)
-  assert.ok(first.stderr.includes(`no store at ${join(dir, 'data', 'plantstore.db')} yet, so a new, empty one is created there`), first.stderr)
+  assert.ok(first.stderr.includes(`there was no store at ${join(dir, 'data', 'plantstore.db')}, so a new, empty one was made there`), first.stderr)
   assert.ok(existsSync(join(dir, 'data', 'plantstore.db')))
   const again = cli(dir, ['tokens', 'list'], { DATABASE_URL: undefined }, dir)
   assert.equal(again.stderr, NO_TOKENS, 'not announced again')
+})
+
+test('a SQLite file holding another program\'s tables is refused by every command and by serve, and left as it was (bytes, mode, no -wal)', (t) => {
+  const dir = tempDir(t)
+  const path = join(dir, 'crm.db')
+  const db = openDatabase(path)
+  db.exec("CREATE TABLE customers (name TEXT); INSERT INTO customers VALUES ('Ada'); CREATE TABLE plants (x)") // a table of plantstore's name, too
+  db.close()
+  const before = { bytes: readFileSync(path), mode: statSync(path).mode }
+  const refused = `plantstore: Cannot open the database at ${path}: it holds another program's database (tables, none of them plantstore's); give plantstore a file of its own.\n`
+  for (const args of [['tokens', 'list'], ['tokens', 'create', '--name', 'ci'], ['migrate'], ['import']]) {
+    const result = cli({ databaseUrl: path }, args)
+    assert.deepEqual([result.status, result.stdout, result.stderr], [1, '', refused], args.join(' '))
+  }
+  const served = spawnSync(process.execPath, [MAIN, 'serve', '--port', '0'], { env: { ...process.env, DATABASE_URL: path }, encoding: 'utf8', timeout: 20_000 })
+  assert.equal(served.status, 1, served.stderr)
+  assert.ok(served.stderr.includes("it holds another program's database"), served.stderr)
+  assert.ok(readFileSync(path).equals(before.bytes), 'the file is unchanged')
+  assert.equal(statSync(path).mode, before.mode)
+  assert.deepEqual(readdirSync(dir), ['crm.db'])
 })
 
 test('token names are 1 to 64 of [A-Za-z0-9._-], not all digits; others are refused with one line before any store is made', (t) => {
