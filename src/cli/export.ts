@@ -1,5 +1,5 @@
 import { once } from 'node:events'
-import { openStore } from '../store/open.js'
+import { exportFrom } from '../store/open.js'
 import { parseCommand } from './args.js'
 import { databaseUrlOf } from './database.js'
 import { countOf, EXPORT_FAILED, lineOf } from './plant-lines.js'
@@ -14,16 +14,10 @@ export async function exportPlants (args: string[]): Promise<void> {
   }
   let plants = 0
   try {
-    const databaseUrl = databaseUrlOf(parsed.values['database-url'] as string | undefined)
-    const store = await openStore(databaseUrl, { create: false })
-    try {
-      for await (const page of store.exportPlants()) {
-        // Waiting for a slow reader keeps one page in memory, whatever the store holds.
-        if (!process.stdout.write(page.map(lineOf).join(''))) await once(process.stdout, 'drain')
-        plants += page.length
-      }
-    } finally {
-      await store.close()
+    for await (const page of exportFrom(databaseUrlOf(parsed.values['database-url'] as string | undefined))) {
+      // Waiting for a slow reader keeps one page in memory, whatever the store holds.
+      if (!process.stdout.write(page.map(lineOf).join(''))) await once(process.stdout, 'drain')
+      plants += page.length
     }
   } catch (error) {
     // Even before the first plant: `export | import` must then fail, not import nothing.

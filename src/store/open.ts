@@ -6,7 +6,8 @@ import { PostgresStore } from './postgres.js'
 import { describe } from './describe.js'
 import { holdsStore } from './sqlite-schema.js'
 import { SqliteStore } from './sqlite.js'
-import type { Store } from './store.js'
+import { exportSqlite } from './sqlite-transfer.js'
+import type { PlantRecord, Store } from './store.js'
 
 /** There is no store where a command that only reads (`create: false`) was pointed: nothing was created. */
 export class NoStoreHereError extends ConfigError {}
@@ -17,9 +18,9 @@ const ending = (cause: string): string => `${cause.replace(/\.$/, '')}.`
 /**
  * Opens the store that `databaseUrl` names, creating and migrating it if needed: PostgreSQL for
  * a `postgres://` or `postgresql://` URL, else a SQLite file. Asynchronous because PostgreSQL's
- * connect and migration are. With `create: false` (a command that only reads, such as export),
- * where there is no store (a missing or empty file, a database without plantstore's tables), it is
- * a ConfigError, and nothing is created; a store of an older version is migrated as always.
+ * connect and migration are. With `create: false`, where there is no store (a missing or empty
+ * file, a database without plantstore's tables), it is a NoStoreHereError, and nothing is
+ * created; a store of an older version is migrated as always.
  */
 export async function openStore (databaseUrl: string, { create = true }: { create?: boolean } = {}): Promise<Store> {
   if (isPostgresUrl(databaseUrl)) {
@@ -33,7 +34,7 @@ export async function openStore (databaseUrl: string, { create = true }: { creat
       throw new ConfigError(`Cannot open the PostgreSQL database in DATABASE_URL: ${ending(describe(error))}`)
     }
   }
-  if (!create && !holdsStore(databaseUrl)) throw new NoStoreHereError(`There is no store at ${resolve(databaseUrl)}.`)
+  if (!create) requireSqliteStore(databaseUrl)
   try {
     return new SqliteStore(databaseUrl)
   } catch (error) {
@@ -42,5 +43,28 @@ export async function openStore (databaseUrl: string, { create = true }: { creat
       ? 'the directory is not writable or the file cannot be created'
       : (error as Error).message
     throw new ConfigError(`Cannot open the database at ${databaseUrl}: ${ending(reason)}`)
+  }
+}
+
+function requireSqliteStore (path: string): void {
+  if (!holdsStore(path)) throw new NoStoreHereError(`There is no store at ${resolve(path)}.`)
+}
+
+/**
+ * Every plant of the store at `databaseUrl`, a page at a time, from one snapshot (see
+ * Store.exportPlants); nothing is created. A SQLite file is only read, never opened for writing:
+ * it may be a backup, whose journal mode, bytes and mode stay as they are, or on read-only media.
+ */
+export async function * exportFrom (databaseUrl: string): AsyncGenerator<PlantRecord[]> {
+  if (!isPostgresUrl(databaseUrl)) {
+    requireSqliteStore(databaseUrl)
+    yield * exportSqlite(databaseUrl)
+    return
+  }
+  const store = await openStore(databaseUrl, { create: false })
+  try {
+    yield * store.exportPlants()
+  } finally {
+    await store.close()
   }
 }

@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict'
 import { openDatabase } from '../../src/store/sqlite-driver.js'
 import { spawn, spawnSync } from 'node:child_process'
-import { closeSync, constants, existsSync, openSync, readFileSync, readSync, writeFileSync, writeSync } from 'node:fs'
+import { closeSync, constants, existsSync, mkdirSync, openSync, readdirSync, readFileSync, readSync, statSync, writeFileSync, writeSync } from 'node:fs'
 import { Readable } from 'node:stream'
 import { join } from 'node:path'
 import { test, type TestContext } from 'node:test'
@@ -331,6 +331,21 @@ test('postgres: export from a database that holds no store refuses it, creating 
   assert.equal(run(['migrate'], url).status, 0)
   const empty = run(['export'], url)
   assert.deepEqual([empty.status, empty.stdout.toString(), empty.stderr], [0, '', 'Exported 0 plants.\n'])
+})
+
+test('export only reads a SQLite store: a backup (rollback journal) is left byte for byte as it was, its mode too, with no -wal or -shm beside it', (t) => {
+  const dir = tempDir(t)
+  const source = sqliteStoreWith(dir, [{ id: 1n, name: 'Fern' }, { id: 2n, name: 'Moss', tag: 'green' }])
+  mkdirSync(join(dir, 'backup'))
+  const backup = join(dir, 'backup', 'copy.db')
+  const backedUp = run(['backup', backup], source)
+  assert.equal(backedUp.status, 0, backedUp.stderr)
+  const before = { bytes: readFileSync(backup), mode: statSync(backup).mode, files: readdirSync(join(dir, 'backup')) }
+  assert.equal(before.bytes[18], 1, 'a rollback-journal file, as backup writes it')
+  assert.deepEqual(parseExport(exportOf(backup, 2)), [{ id: 1n, name: 'Fern' }, { id: 2n, name: 'Moss', tag: 'green' }])
+  assert.ok(readFileSync(backup).equals(before.bytes), 'not a byte changed (its journal mode neither)')
+  assert.equal(statSync(backup).mode, before.mode)
+  assert.deepEqual(readdirSync(join(dir, 'backup')), before.files)
 })
 
 test('plantstore export | head -1: the export stops quietly with exit code 0 once the reader has gone', async (t) => {
