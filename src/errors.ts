@@ -175,8 +175,10 @@ function toApiError (error: FastifyError, bodyless = false): ApiError {
 function send (reply: FastifyReply, failure: ApiError): FastifyReply {
   // A refusal before the body was read (no route, no token) leaves it unread: the connection
   // closes after the answer, as Fastify's own 413 does, rather than drain a body of any size and
-  // answer again if it then breaks or stalls.
+  // answer again if it then breaks or stalls. A body read whole and refused (not JSON, another
+  // charset) leaves the connection as good as any: Fastify's close after its parsers' refusals goes.
   if (bodyUnread(reply.request.raw)) reply.header('connection', 'close')
+  else reply.removeHeader('connection')
   return reply.code(failure.status).headers(failure.headers).type('application/json').send(errorBody(failure.status, failure.message))
 }
 

@@ -65,6 +65,16 @@ for (const store of testStores()) {
         assert.ok(beyond.closed)
       })
 
+      await t.test('a body read whole and refused (not JSON, another charset, another type) keeps the connection: pipelined requests after it are answered', async () => {
+        const auth = `Authorization: Bearer ${server.token}\r\n`
+        const post = (type: string, body: string): string => `POST /plants HTTP/1.1\r\nHost: x\r\n${auth}Content-Type: ${type}\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`
+        const answer = await rawExchange(server, post('application/json', '{bad}') + post('application/json; charset=latin1', '{"id": 81, "name": "x"}') +
+          post('text/plain', 'hello') + post('application/json', '{"id": 82, "name": "Kept alive"}'), { waitMs: 1500 })
+        assert.deepEqual([...answer.text.matchAll(/HTTP\/1\.1 (\d{3}) /g)].map(match => Number(match[1])), [400, 415, 415, 200], answer.text)
+        assert.doesNotMatch(answer.text, /connection: close/i)
+        assert.equal((await call(server, 'GET', '/plants/82')).status, 200)
+      })
+
       await t.test('pipelined: a malformed request after good ones is answered after theirs, in order; theirs are not lost', async () => {
         const body = '{"id": 79, "name": "Piped"}'
         const post = `POST /plants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${server.token}\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`
