@@ -52,6 +52,13 @@ function listenFailure (error: unknown, config: Config): ConfigError {
 
 /** Opens the store, listens, and closes gracefully on SIGTERM or SIGINT (exit 0). */
 export async function serve (config: Config): Promise<void> {
+  // A stop asked for while the server starts (a supervisor that changed its mind) is kept, and
+  // made once it listens, as any stop: exit 0, rather than Node's death by the signal. A start that
+  // fails ends as it would have.
+  let stopAsked: string | undefined
+  const askStop = (signal: string): void => { stopAsked ??= signal }
+  process.on('SIGTERM', askStop)
+  process.on('SIGINT', askStop)
   const store = await openStore(config.databaseUrl)
   await store.ping()
   // Its last lines go out at exit, whichever way the process ends.
@@ -120,4 +127,7 @@ export async function serve (config: Config): Promise<void> {
   // The shutdown already under way keeps its deadline.
   process.on('SIGTERM', () => { shutdown('SIGTERM').catch(fail) })
   process.on('SIGINT', () => { shutdown('SIGINT').catch(fail) })
+  process.off('SIGTERM', askStop)
+  process.off('SIGINT', askStop)
+  if (stopAsked !== undefined) shutdown(stopAsked).catch(fail)
 }

@@ -1,6 +1,8 @@
 import assert from 'node:assert/strict'
 import { spawn } from 'node:child_process'
+import { readdirSync, readlinkSync } from 'node:fs'
 import { join } from 'node:path'
+import { setTimeout as sleep } from 'node:timers/promises'
 import { describe, test } from 'node:test'
 import { accepting, alive, call, holdWriteLock, ROOT, startServer, tempDir, testStores } from '../helpers.js'
 import { rawExchange } from '../raw.js'
@@ -75,6 +77,27 @@ test('SIGTERM while another process holds the SQLite write lock: exit 0 within S
   await released
   const again = await startServer(t, { databaseUrl: server.databaseUrl, token: server.token })
   assert.equal((await call(again, 'GET', '/plants/1')).body.name, 'Kept')
+})
+
+test('SIGTERM while the server starts (its new store held by another process) is kept: it starts, then stops cleanly, exit 0', { skip: process.platform !== 'linux' && 'reads /proc' }, async (t) => {
+  const path = join(tempDir(t), 'plantstore.db')
+  await holdWriteLock(t, path, 2500) // the start waits to switch the new file to WAL until the lock goes
+  const child = spawn(process.execPath, [join(ROOT, 'dist/cli/main.js'), 'serve', '--port', '0'], { env: { ...process.env, DATABASE_URL: path }, stdio: ['ignore', 'pipe', 'pipe'] })
+  t.after(() => { if (alive(child.pid!)) child.kill('SIGKILL') })
+  let stdout = ''
+  child.stdout.setEncoding('utf8').on('data', (chunk: string) => { stdout += chunk })
+  child.stderr.resume()
+  const exited = new Promise<number | null>(resolve => child.once('exit', code => resolve(code)))
+  // With the store's file open, it is starting: past installing its handlers, not yet listening.
+  const opened = (): boolean => readdirSync(`/proc/${child.pid!}/fd`).some(fd => {
+    try { return readlinkSync(`/proc/${child.pid!}/fd/${fd}`) === path } catch { return false }
+  })
+  for (const deadline = Date.now() + 10_000; !opened() && Date.now() < deadline;) await sleep(10)
+  assert.doesNotMatch(stdout, /Server listening/, 'still starting')
+  child.kill('SIGTERM')
+  assert.equal(await exited, 0)
+  assert.match(stdout, /Server listening/)
+  assert.match(stdout, /"signal":"SIGTERM".*stopping/)
 })
 
 // npm's part, whatever the store.
