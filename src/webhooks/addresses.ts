@@ -148,7 +148,12 @@ export async function refusalOfUrl (text: string, { allowPrivate, resolve = dns.
   if (text.length > MAX_URL_LENGTH) return `The URL is longer than ${MAX_URL_LENGTH} characters.`
   // eslint-disable-next-line no-control-regex
   if (/[\u0000-\u0020\u007f]/.test(text)) return 'The URL holds a space or a control character; percent-encode it.'
-  if (!URL.canParse(text)) return 'The URL is not an absolute URL, such as https://example.com/hooks.'
+  if (!URL.canParse(text)) {
+    // A scheme and an authority that cannot be read: the host or the port is what is wrong.
+    return /^[a-z][a-z0-9+.-]*:\/\/[^/]/i.test(text)
+      ? 'The URL\'s host or port cannot be read: a host is a name or an address (IPv6 in brackets, without a zone), a port 1 to 65535.'
+      : 'The URL is not an absolute URL, such as https://example.com/hooks.'
+  }
   const url = new URL(text)
   if (url.protocol !== 'http:' && url.protocol !== 'https:') return `The URL's scheme is ${url.protocol.slice(0, -1)}; only http and https are taken.`
   if (hasUserInfo(text)) return 'The URL must not carry a user name or password.'

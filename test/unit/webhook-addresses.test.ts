@@ -127,6 +127,10 @@ test('refusalOfUrl: scheme, credentials, length and host rules', async () => {
     ['hooks.example.com', /absolute URL/],
     ['', /absolute URL/],
     [`https://hooks.example.com/${'a'.repeat(2048)}`, /longer than 2048/],
+    ['https://8.8.8.8:99999/', /host or port cannot be read/],
+    ['http://hooks.example.com:8o/', /host or port cannot be read/],
+    ['http://[fe80::1%25eth0]/', /host or port cannot be read/],
+    ['http://[::1/', /host or port cannot be read/],
     ['http://hooks.example.com:0/', /port is 0/],
     ['https://127.0.0.1:00/', /port is 0/]
   ]
