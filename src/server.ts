@@ -52,13 +52,13 @@ function listenFailure (error: unknown, config: Config): ConfigError {
 
 /** Opens the store, listens, and closes gracefully on SIGTERM or SIGINT (exit 0). */
 export async function serve (config: Config): Promise<void> {
-  // A stop asked for while the server starts (a supervisor that changed its mind) is kept, and
-  // made once it listens, as any stop: exit 0, rather than Node's death by the signal. A start that
-  // fails ends as it would have.
-  let stopAsked: string | undefined
-  const askStop = (signal: string): void => { stopAsked ??= signal }
-  process.on('SIGTERM', askStop)
-  process.on('SIGINT', askStop)
+  // A stop asked for while the server starts (a supervisor that changed its mind) ends it at
+  // once, with exit 0 rather than Node's death by the signal: nothing has been answered, and what
+  // the start had under way is safe to leave (a migration rolls back; SQLite's files are whole
+  // after any exit). A start that failed already is ending with its own code (process.exitCode).
+  const stopWhileStarting = (): void => { process.exit() }
+  process.on('SIGTERM', stopWhileStarting)
+  process.on('SIGINT', stopWhileStarting)
   const store = await openStore(config.databaseUrl)
   await store.ping()
   // Its last lines go out at exit, whichever way the process ends.
@@ -84,9 +84,6 @@ export async function serve (config: Config): Promise<void> {
   // The change log's retention: a job of the process beside the requests, on the same store.
   const pruning = startPruning({ store, retentionMs: config.changesRetentionMs, log })
   log.info(`Server listening at ${url}`) // Fastify's own words, which scripts may already watch for
-  // Only now: a start that cannot listen must not use up the one token shown to a newcomer.
-  const token = await bootstrapToken(store)
-  if (token !== undefined) process.stderr.write(banner(token, url, config.databaseUrl))
 
   const fail = (error: unknown): void => {
     log.error({ err: error }, 'shutdown failed')
@@ -127,7 +124,10 @@ export async function serve (config: Config): Promise<void> {
   // The shutdown already under way keeps its deadline.
   process.on('SIGTERM', () => { shutdown('SIGTERM').catch(fail) })
   process.on('SIGINT', () => { shutdown('SIGINT').catch(fail) })
-  process.off('SIGTERM', askStop)
-  process.off('SIGINT', askStop)
-  if (stopAsked !== undefined) shutdown(stopAsked).catch(fail)
+  process.off('SIGTERM', stopWhileStarting)
+  process.off('SIGINT', stopWhileStarting)
+
+  // Only now: a start that cannot listen must not use up the one token shown to a newcomer.
+  const token = await bootstrapToken(store)
+  if (token !== undefined) process.stderr.write(banner(token, url, config.databaseUrl))
 }

@@ -32,9 +32,11 @@ export function holdsStore (path: string): boolean {
 }
 
 /**
- * Throws when the file at `path` is another program's SQLite database (tables, none of them
- * plantstore's): a store is made only in a file of its own, and such a file is left as it was.
- * Read without changing it; a file SQLite cannot read is for the opening to refuse.
+ * Throws when the file at `path` is another program's SQLite database (tables, and no
+ * schema_version among them): a store is made only in a file of its own, and such a file is left
+ * as it was. A file with schema_version is plantstore's, however far its making went (migrate
+ * creates that table first, and another process may be making the store right now). Read
+ * without changing it; a file SQLite cannot read is for the opening to refuse.
  */
 export function refuseOtherDatabase (path: string): void {
   let db: Database.Database
@@ -43,12 +45,15 @@ export function refuseOtherDatabase (path: string): void {
   } catch {
     return
   }
+  let names: string[]
   try {
-    const tables = db.prepare("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'").pluck().safeIntegers(false).get() as number
-    if (tables > 0 && versionOf(db) === 0) throw new Error('it holds another program\'s database (tables, none of them plantstore\'s); give plantstore a file of its own')
+    names = db.prepare("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'").pluck().all() as string[]
+  } catch {
+    return // locked past the wait (a store being made) or unreadable: the opening tells
   } finally {
     db.close()
   }
+  if (names.length > 0 && !names.includes('schema_version')) throw new Error('it holds another program\'s database (tables, but not plantstore\'s schema); give plantstore a file of its own')
 }
 
 /**

@@ -164,7 +164,7 @@ test('a SQLite file holding another program\'s tables is refused by every comman
   db.exec("CREATE TABLE customers (name TEXT); INSERT INTO customers VALUES ('Ada'); CREATE TABLE plants (x)") // a table of plantstore's name, too
   db.close()
   const before = { bytes: readFileSync(path), mode: statSync(path).mode }
-  const refused = `plantstore: Cannot open the database at ${path}: it holds another program's database (tables, none of them plantstore's); give plantstore a file of its own.\n`
+  const refused = `plantstore: Cannot open the database at ${path}: it holds another program's database (tables, but not plantstore's schema); give plantstore a file of its own.\n`
   for (const args of [['tokens', 'list'], ['tokens', 'create', '--name', 'ci'], ['migrate'], ['import']]) {
     const result = cli({ databaseUrl: path }, args)
     assert.deepEqual([result.status, result.stdout, result.stderr], [1, '', refused], args.join(' '))
@@ -175,6 +175,14 @@ test('a SQLite file holding another program\'s tables is refused by every comman
   assert.ok(readFileSync(path).equals(before.bytes), 'the file is unchanged')
   assert.equal(statSync(path).mode, before.mode)
   assert.deepEqual(readdirSync(dir), ['crm.db'])
+
+  // A store whose making stopped after its first table (a start killed then) is plantstore's: it is made whole.
+  const begun = join(dir, 'begun.db')
+  const half = openDatabase(begun)
+  half.exec('CREATE TABLE schema_version (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)')
+  half.close()
+  const listed = cli({ databaseUrl: begun }, ['tokens', 'list'])
+  assert.equal(listed.status, 0, listed.stderr)
 })
 
 test('token names are 1 to 64 of [A-Za-z0-9._-], not all digits; others are refused with one line before any store is made', (t) => {
