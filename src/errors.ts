@@ -363,9 +363,6 @@ export function clientErrorHandler (refused: ReportRefusal): (error: NodeJS.Errn
       })
       return
     }
-    // The request being read (its body too slow): nothing more of it is read, or it could still
-    // arrive whole behind its refusal, and be carried out.
-    if (current !== undefined) socket.pause()
     refused(name, { code: error.code }, socket)
     answerOnSocket(socket, failure)
   }
@@ -396,8 +393,14 @@ function answerBeforeBody (response: ServerResponse, failure: { status: number, 
  */
 const LINGER_MS = 2000
 
-/** Writes `failure` as a whole HTTP answer with the Error body straight to `socket`, and closes it: for answers outside Fastify. */
+/**
+ * Writes `failure` as a whole HTTP answer with the Error body straight to `socket`, and closes it:
+ * for answers outside Fastify. Nothing more is read from it: a request refused while it still
+ * arrived (its head or body too slow) could otherwise arrive whole behind its answer, and be
+ * carried out.
+ */
 function answerOnSocket (socket: Socket, failure: { status: number, message: string }): void {
+  socket.pause()
   const body = errorBody(failure.status, failure.message)
   socket.end(`HTTP/1.1 ${failure.status} ${STATUS_CODES[failure.status] ?? ''}\r\n` +
     `Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`)
