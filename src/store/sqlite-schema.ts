@@ -1,3 +1,4 @@
+import { statSync } from 'node:fs'
 import type Database from 'better-sqlite3'
 import { openDatabase } from './sqlite-driver.js'
 import { isBusy } from './sqlite-errors.js'
@@ -16,6 +17,7 @@ function versionOf (db: Database.Database): number {
  * without changing it: false for a missing or empty file, a directory, another database or none.
  */
 export function holdsStore (path: string): boolean {
+  if (!isFile(path)) return false
   let db: Database.Database
   try {
     db = openDatabase(path, { readonly: true, fileMustExist: true })
@@ -39,6 +41,8 @@ export function holdsStore (path: string): boolean {
  * without changing it; a file SQLite cannot read is for the opening to refuse.
  */
 export function refuseOtherDatabase (path: string): void {
+  // Only a regular file holds one; the rest is for makePrivate to refuse (SQLite opening a FIFO would wait for a writer).
+  if (!isFile(path)) return
   let db: Database.Database
   try {
     db = openDatabase(path, { readonly: true, fileMustExist: true })
@@ -54,6 +58,14 @@ export function refuseOtherDatabase (path: string): void {
     db.close()
   }
   if (names.length > 0 && !names.includes('schema_version')) throw new Error('it holds another program\'s database (tables, but not plantstore\'s schema); give plantstore a file of its own')
+}
+
+function isFile (path: string): boolean {
+  try {
+    return statSync(path).isFile()
+  } catch {
+    return false
+  }
 }
 
 /**

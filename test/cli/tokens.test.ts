@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict'
 import { spawn, spawnSync } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
-import { closeSync, existsSync, openSync, readdirSync, readFileSync, statSync } from 'node:fs'
+import { closeSync, existsSync, openSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs'
 import { join } from 'node:path'
 import { describe, test } from 'node:test'
 import { cli, freshDatabase, MAIN, tempDir, testStores } from '../helpers.js'
@@ -175,6 +175,16 @@ test('a SQLite file holding another program\'s tables is refused by every comman
   assert.ok(readFileSync(path).equals(before.bytes), 'the file is unchanged')
   assert.equal(statSync(path).mode, before.mode)
   assert.deepEqual(readdirSync(dir), ['crm.db'])
+
+  // A FIFO is no database either, and no command waits on it for a writer.
+  const fifo = join(dir, 'pipe')
+  assert.equal(spawnSync('mkfifo', [fifo]).status, 0)
+  for (const args of [['tokens', 'list'], ['export']]) {
+    const result = spawnSync(process.execPath, [MAIN, ...args], { env: { ...process.env, DATABASE_URL: fifo }, encoding: 'utf8', timeout: 20_000 })
+    assert.equal(result.status, 1, `${args.join(' ')}: ${result.stderr}`)
+    assert.match(result.stderr, /^plantstore: [^\n]+\n$/)
+  }
+  rmSync(fifo)
 
   // A store whose making stopped after its first table (a start killed then) is plantstore's: it is made whole.
   const begun = join(dir, 'begun.db')
