@@ -74,10 +74,11 @@ async function write<T> (client: pg.ClientBase, work: () => Promise<{ changed: b
  * identical retry's 200, a 409, a 404): a WAL record, so that its COMMIT waits, as a change's does,
  * until the WAL and a synchronous standby hold everything it read. A write whose wait for the
  * standby was cancelled is visible on the primary before the standby has it: its retry must not
- * answer 200 before then, or a promotion of that standby loses an acknowledged write. The head's
- * value stays; its lock, taken last as every write takes it, orders this like one.
+ * answer 200 before then, or a promotion of that standby loses an acknowledged write. A row lock
+ * is written to the WAL (and takes a transaction id); KEY SHARE on the head's row waits for no
+ * writer, as the writers' updates of the head do not wait for it.
  */
-const FENCE_SQL = 'UPDATE change_log SET head = head'
+const FENCE_SQL = 'SELECT 1 FROM change_log FOR KEY SHARE'
 
 const STORED_SQL = 'SELECT name, tag, version FROM plants WHERE id = $1::int8'
 

@@ -110,14 +110,19 @@ test('PostgreSQL: a wait for synchronous replication cancelled is a 503, though 
 
   // The identical retry finds it stored, and answers so only once the standby has it too: else a
   // promotion of that standby would lose a write answered 200.
-  let answered = false
-  const retry = store.create({ id: 7n, name: 'Fern' }).finally(() => { answered = true })
-  await waitFor(async () => (await primary.query("SELECT 1 FROM pg_stat_activity WHERE wait_event = 'SyncRep'")).rowCount === 1, 'the retry waits for the standby')
+  // So does any write that changes nothing: a 404 (a DELETE retried may find its plant gone) or a 412.
+  let answered = 0
+  const retry = store.create({ id: 7n, name: 'Fern' }).finally(() => { answered++ })
+  const missing = store.remove(8n).finally(() => { answered++ })
+  const unmet = store.replace(7n, { name: 'Moss' }, { ifMatch: [99n] }).finally(() => { answered++ })
+  await waitFor(async () => (await primary.query("SELECT 1 FROM pg_stat_activity WHERE wait_event = 'SyncRep'")).rowCount === 3, 'the three wait for the standby')
   await new Promise(resolve => setTimeout(resolve, 200))
-  assert.equal(answered, false, 'no answer while the standby lacks the write')
+  assert.equal(answered, 0, 'no answer while the standby lacks what they read')
   await primary.query("ALTER SYSTEM SET synchronous_standby_names = ''")
   await primary.query('SELECT pg_reload_conf()')
   assert.deepEqual(await retry, { outcome: 'same', version: 1n }, 'the retry: the truth, once durable')
+  assert.equal(await missing, 'not-found')
+  assert.equal(await unmet, 'precondition-failed')
   assert.deepEqual(await store.create({ id: 7n, name: 'Fern' }), { outcome: 'same', version: 1n })
   assert.deepEqual(await store.create({ id: 7n, name: 'Other' }), { outcome: 'conflict', version: 1n })
   assert.deepEqual((await primary.query('SELECT head FROM change_log')).rows, [{ head: '1' }], 'a retry logs nothing')
