@@ -84,11 +84,15 @@ main(process.argv.slice(2)).catch((error: unknown) => {
 /**
  * Exits (with process.exitCode) once stdout and stderr have written out what they hold. A reader
  * slower than us leaves a pipe full and the rest in our memory, which process.exit drops: a failed
- * export's last line among it, without which an import of its output would succeed.
+ * export's last line among it, without which an import of its output would succeed. The exit waits
+ * OUTPUT_WAIT_MS at most: a reader that never reads does not hold it for ever.
  */
 function exitOnceWritten (): void {
   let writing = 2
   const written = (): void => { if (--writing === 0) process.exit() }
   process.stdout.write('', written)
   process.stderr.write('', written)
+  setTimeout(() => process.exit(), OUTPUT_WAIT_MS).unref()
 }
+
+const OUTPUT_WAIT_MS = 10_000

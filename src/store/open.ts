@@ -4,7 +4,8 @@ import { sqlstateOf } from './postgres-errors.js'
 import { NoStoreError } from './postgres-schema.js'
 import { PostgresStore } from './postgres.js'
 import { describe } from './describe.js'
-import { holdsStore } from './sqlite-schema.js'
+import { storeVersion } from './sqlite-schema.js'
+import { migrationsOf, tooNew } from './migrations.js'
 import { SqliteStore } from './sqlite.js'
 import { exportSqlite } from './sqlite-transfer.js'
 import type { PlantRecord, Store } from './store.js'
@@ -46,8 +47,12 @@ export async function openStore (databaseUrl: string, { create = true }: { creat
   }
 }
 
+/** Refuses a path without a store, and a store of a newer plantstore (whose schema this one would only guess at). */
 function requireSqliteStore (path: string): void {
-  if (!holdsStore(path)) throw new NoStoreHereError(`There is no store at ${resolve(path)}.`)
+  const version = storeVersion(path)
+  if (version === 0) throw new NoStoreHereError(`There is no store at ${resolve(path)}.`)
+  const newest = migrationsOf('sqlite').at(-1)?.version ?? 0
+  if (version > newest) throw new ConfigError(`Cannot open the database at ${path}: ${ending(tooNew(version, newest).message)}`)
 }
 
 /**

@@ -13,24 +13,29 @@ function versionOf (db: Database.Database): number {
 }
 
 /**
- * Whether the file at `path` holds a plant store (plantstore's schema, of any version), read
- * without changing it: false for a missing or empty file, a directory, another database or none.
+ * The schema version of the plant store in the file at `path`, read without changing it: 0 for a
+ * missing or empty file, a directory, another database or none.
  */
-export function holdsStore (path: string): boolean {
-  if (!isFile(path)) return false
+export function storeVersion (path: string): number {
+  if (!isFile(path)) return 0
   let db: Database.Database
   try {
     db = openDatabase(path, { readonly: true, fileMustExist: true })
   } catch {
-    return false
+    return 0
   }
   try {
-    return versionOf(db) > 0
+    return versionOf(db)
   } catch {
-    return false
+    return 0
   } finally {
     db.close()
   }
+}
+
+/** Whether the file at `path` holds a plant store (plantstore's schema, of any version), read without changing it. */
+export function holdsStore (path: string): boolean {
+  return storeVersion(path) > 0
 }
 
 /**

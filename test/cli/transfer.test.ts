@@ -275,6 +275,15 @@ test('export refuses a SQLite store that does not exist (or a file that holds no
     assert.equal(refused.stderr, `plantstore: There is no store at ${path}.\n`)
     assert.ok(readFileSync(path).equals(before), 'the file is unchanged')
   }
+  // A store of a newer plantstore is refused as every other command refuses it: its schema would be guessed at.
+  const newer = sqliteStoreWith(dir, [{ id: 1n, name: 'Fern' }], 'newer.db')
+  const future = openDatabase(newer)
+  future.prepare('INSERT INTO schema_version (version, name, applied_at) VALUES (99, ?, 0)').run('099-future.sql')
+  future.close()
+  const refused = run(['export'], newer)
+  assert.equal(refused.status, 1)
+  assert.equal(refused.stdout.toString(), `${EXPORT_FAILED}\n`)
+  assert.match(refused.stderr, /^plantstore: Cannot open the database at .*newer\.db: The database schema is version 99, newer than this plantstore knows \(\d+\); upgrade plantstore\.\n$/)
 })
 
 test('a reader slower than the export still gets its failure line: the export exits (code 1) only once the line has gone out', async (t) => {
@@ -314,6 +323,24 @@ test('a reader slower than the export still gets its failure line: the export ex
   assert.equal(output.length - filled, EXPORT_FAILED.length + 1, 'the failure line, after the backlog')
   assert.equal(output.subarray(filled).toString(), `${EXPORT_FAILED}\n`)
   assert.equal(await exited, 1)
+})
+
+test('a reader that never reads does not hold a failed export for ever: it exits, code 1, within 10 s', async (t) => {
+  const dir = tempDir(t)
+  const fifo = join(dir, 'out')
+  assert.equal(spawnSync('mkfifo', [fifo]).status, 0)
+  const reader = openSync(fifo, constants.O_RDONLY | constants.O_NONBLOCK) // held, never read
+  t.after(() => closeSync(reader))
+  const writer = openSync(fifo, constants.O_WRONLY | constants.O_NONBLOCK)
+  const filler = Buffer.alloc(4096, '#')
+  while (tryIo(() => writeSync(writer, filler)) !== undefined);
+  const started = Date.now()
+  const child = spawn(process.execPath, [MAIN, 'export'], { env: { ...process.env, DATABASE_URL: join(dir, 'none.db') }, stdio: ['ignore', writer, 'ignore'] })
+  closeSync(writer)
+  const code = await new Promise<number | null>(resolve => child.once('exit', resolve))
+  assert.equal(code, 1)
+  const took = Date.now() - started
+  assert.ok(took >= 9000 && took < 15_000, `exited after ${took} ms`)
 })
 
 test('postgres: export from a database that holds no store refuses it, creating nothing; export | import --replace leaves the target as it was', { skip: PG_URL === undefined ? PG_SKIP : false }, async (t) => {
