@@ -40,10 +40,10 @@ export function holdsStore (path: string): boolean {
 
 /**
  * Throws when the file at `path` is another program's SQLite database (tables, and no
- * schema_version among them): a store is made only in a file of its own, and such a file is left
- * as it was. A file with schema_version is plantstore's, however far its making went (migrate
- * creates that table first, and another process may be making the store right now). Read
- * without changing it; a file SQLite cannot read is for the opening to refuse.
+ * schema_version of plantstore's among them): a store is made only in a file of its own, and such
+ * a file is left as it was. A file with plantstore's schema_version is plantstore's, however far
+ * its making went (migrate creates that table first, and another process may be making the store
+ * right now). Read without changing it; a file SQLite cannot read is for the opening to refuse.
  */
 export function refuseOtherDatabase (path: string): void {
   // Only a regular file holds one; the rest is for makePrivate to refuse (SQLite opening a FIFO would wait for a writer).
@@ -55,14 +55,18 @@ export function refuseOtherDatabase (path: string): void {
     return
   }
   let names: string[]
+  let versionColumns: string[]
   try {
     names = db.prepare("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'").pluck().all() as string[]
+    versionColumns = db.prepare('SELECT name FROM pragma_table_info(\'schema_version\')').pluck().all() as string[]
   } catch {
     return // locked past the wait (a store being made) or unreadable: the opening tells
   } finally {
     db.close()
   }
-  if (names.length > 0 && !names.includes('schema_version')) throw new Error('it holds another program\'s database (tables, but not plantstore\'s schema); give plantstore a file of its own')
+  // Other tools keep a schema_version table too: plantstore's has these columns.
+  const ours = ['version', 'name', 'applied_at'].every(column => versionColumns.includes(column))
+  if (names.length > 0 && !ours) throw new Error('it holds another program\'s database (tables, but not plantstore\'s schema); give plantstore a file of its own')
 }
 
 function isFile (path: string): boolean {

@@ -162,6 +162,7 @@ test('a SQLite file holding another program\'s tables is refused by every comman
   const path = join(dir, 'crm.db')
   const db = openDatabase(path)
   db.exec("CREATE TABLE customers (name TEXT); INSERT INTO customers VALUES ('Ada'); CREATE TABLE plants (x)") // a table of plantstore's name, too
+  db.exec('CREATE TABLE schema_version (version INT, installed_on TEXT); INSERT INTO schema_version VALUES (1, \'2020\')') // another tool's, of the same name
   db.close()
   const before = { bytes: readFileSync(path), mode: statSync(path).mode }
   const refused = `plantstore: Cannot open the database at ${path}: it holds another program's database (tables, but not plantstore's schema); give plantstore a file of its own.\n`
