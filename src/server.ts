@@ -127,7 +127,8 @@ export async function serve (config: Config): Promise<void> {
   process.off('SIGTERM', stopWhileStarting)
   process.off('SIGINT', stopWhileStarting)
 
-  // Only now: a start that cannot listen must not use up the one token shown to a newcomer.
-  const token = await bootstrapToken(store)
+  // Only now: a start that cannot listen must not use up the one token shown to a newcomer. A stop
+  // that comes meanwhile closes the store under it: then no token is made, and that is no failure.
+  const token = await bootstrapToken(store).catch((error: unknown) => { if (closing) return undefined; throw error })
   if (token !== undefined) process.stderr.write(banner(token, url, config.databaseUrl))
 }

@@ -4,7 +4,9 @@ import { readdirSync, readlinkSync } from 'node:fs'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { describe, test } from 'node:test'
-import { accepting, alive, call, holdWriteLock, ROOT, startServer, tempDir, testStores } from '../helpers.js'
+import pg from 'pg'
+import { accepting, alive, call, cli, holdWriteLock, ROOT, startServer, tempDir, testStores } from '../helpers.js'
+import { PG_SKIP, PG_URL, pgSchema } from '../store/postgres-helpers.js'
 import { rawExchange } from '../raw.js'
 
 for (const store of testStores()) {
@@ -97,6 +99,29 @@ test('SIGTERM while the server starts (its new store held by another process) en
   child.kill('SIGTERM')
   assert.equal(await exited, 0)
   assert.doesNotMatch(stdout, /Server listening/)
+})
+
+test('postgres: SIGTERM while the first start waits to make its token stops the server, exit 0, and uses no token up', { skip: PG_URL === undefined ? PG_SKIP : false }, async (t) => {
+  const { url, schema } = await pgSchema(t)
+  assert.equal(cli({ databaseUrl: url }, ['migrate']).status, 0)
+  const holder = new pg.Client({ connectionString: PG_URL })
+  await holder.connect()
+  t.after(() => holder.end())
+  await holder.query('BEGIN')
+  await holder.query(`SELECT 1 FROM ${schema}.schema_lock WHERE name = 'first-token' FOR UPDATE`) // the first token waits for it
+  const child = spawn(process.execPath, [join(ROOT, 'dist/cli/main.js'), 'serve', '--port', '0'], { env: { ...process.env, DATABASE_URL: url }, stdio: ['ignore', 'pipe', 'pipe'] })
+  t.after(() => { if (alive(child.pid!)) child.kill('SIGKILL') })
+  let stdout = ''
+  let stderr = ''
+  child.stdout.setEncoding('utf8').on('data', (chunk: string) => { stdout += chunk })
+  child.stderr.setEncoding('utf8').on('data', (chunk: string) => { stderr += chunk })
+  const exited = new Promise<number | null>(resolve => child.once('exit', code => resolve(code)))
+  for (const deadline = Date.now() + 10_000; !stdout.includes('Server listening') && Date.now() < deadline;) await sleep(10)
+  child.kill('SIGTERM')
+  assert.equal(await exited, 0, stderr)
+  assert.doesNotMatch(stderr, /pst_/, 'no token shown')
+  await holder.query('ROLLBACK')
+  assert.equal(cli({ databaseUrl: url }, ['tokens', 'list']).stdout, '', 'none made: the next start shows its own')
 })
 
 // npm's part, whatever the store.
