@@ -1,7 +1,6 @@
 import { resolve } from 'node:path'
 import { isPostgresUrl, loadConfig } from '../config.js'
 import { NoStoreHereError, openStore } from '../store/open.js'
-import { holdsStore } from '../store/sqlite-schema.js'
 import type { Store } from '../store/store.js'
 
 /**
@@ -12,18 +11,6 @@ export function databaseUrlOf (flag: string | undefined): string {
   return loadConfig({ DATABASE_URL: process.env.DATABASE_URL }, flag === undefined ? {} : { databaseUrl: flag }).databaseUrl
 }
 
-/** Whether `databaseUrl` holds a store already, looked at without creating anything. */
-async function holdsStoreAt (databaseUrl: string): Promise<boolean> {
-  if (!isPostgresUrl(databaseUrl)) return holdsStore(databaseUrl)
-  try {
-    await (await openStore(databaseUrl, { create: false })).close()
-    return true
-  } catch (error) {
-    if (error instanceof NoStoreHereError) return false
-    throw error
-  }
-}
-
 /**
  * Opens the store for an operator command, creating and migrating it if needed. A store made
  * is said on stderr, where it is (the absolute path; for PostgreSQL, not the URL, which may hold a
@@ -31,12 +18,14 @@ async function holdsStoreAt (databaseUrl: string): Promise<boolean> {
  * in a store that no server reads.
  */
 export async function openForCommand (databaseUrl: string): Promise<Store> {
-  const existed = await holdsStoreAt(databaseUrl)
-  const store = await openStore(databaseUrl)
-  if (!existed) {
-    process.stderr.write(isPostgresUrl(databaseUrl)
-      ? 'plantstore: there was no store in the PostgreSQL database in DATABASE_URL (its search_path held no plantstore tables), so a new, empty one was made there.\n'
-      : `plantstore: there was no store at ${resolve(databaseUrl)}, so a new, empty one was made there (give --database-url or DATABASE_URL to use another).\n`)
+  try {
+    return await openStore(databaseUrl, { create: false })
+  } catch (error) {
+    if (!(error instanceof NoStoreHereError)) throw error
   }
+  const store = await openStore(databaseUrl)
+  process.stderr.write(isPostgresUrl(databaseUrl)
+    ? 'plantstore: there was no store in the PostgreSQL database in DATABASE_URL (its search_path held no plantstore tables), so a new, empty one was made there.\n'
+    : `plantstore: there was no store at ${resolve(databaseUrl)}, so a new, empty one was made there (give --database-url or DATABASE_URL to use another).\n`)
   return store
 }

@@ -13,24 +13,44 @@ function versionOf (db: Database.Database): number {
 }
 
 /**
- * The schema version of the plant store in the file at `path`, read without changing it: 0 for a
- * missing or empty file, a directory, another database or none.
+ * What a database holds: plantstore's schema, at its version (0 for none yet: no tables, or a
+ * making begun, as migrate creates schema_version first and another process may be making the
+ * store right now), or another program's tables. Other tools keep a schema_version table too:
+ * plantstore's has these columns.
  */
-export function storeVersion (path: string): number {
-  if (!isFile(path)) return 0
+function schemaOf (db: Database.Database): number | 'other' {
+  const columns = db.prepare('SELECT name FROM pragma_table_info(\'schema_version\')').pluck().all() as string[]
+  if (['version', 'name', 'applied_at'].every(column => columns.includes(column))) return versionOf(db)
+  const tables = db.prepare("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'").pluck().safeIntegers(false).get() as number
+  return tables > 0 ? 'other' : 0
+}
+
+/**
+ * What the file at `path` holds (schemaOf), read without changing it; undefined where SQLite
+ * cannot read it (missing, locked past the wait, not a database) or it is no regular file (the
+ * opening refuses that; SQLite opening a FIFO would wait for a writer).
+ */
+function schemaAt (path: string): number | 'other' | undefined {
+  if (!isFile(path)) return undefined
   let db: Database.Database
   try {
     db = openDatabase(path, { readonly: true, fileMustExist: true })
   } catch {
-    return 0
+    return undefined
   }
   try {
-    return versionOf(db)
+    return schemaOf(db)
   } catch {
-    return 0
+    return undefined
   } finally {
     db.close()
   }
+}
+
+/** The schema version of the plant store in the file at `path`, read without changing it: 0 where it holds none. */
+export function storeVersion (path: string): number {
+  const schema = schemaAt(path)
+  return typeof schema === 'number' ? schema : 0
 }
 
 /** Whether the file at `path` holds a plant store (plantstore's schema, of any version), read without changing it. */
@@ -38,35 +58,9 @@ export function holdsStore (path: string): boolean {
   return storeVersion(path) > 0
 }
 
-/**
- * Throws when the file at `path` is another program's SQLite database (tables, and no
- * schema_version of plantstore's among them): a store is made only in a file of its own, and such
- * a file is left as it was. A file with plantstore's schema_version is plantstore's, however far
- * its making went (migrate creates that table first, and another process may be making the store
- * right now). Read without changing it; a file SQLite cannot read is for the opening to refuse.
- */
+/** Throws when the file at `path` is another program's SQLite database: a store is made only in a file of its own, and such a file is left as it was. */
 export function refuseOtherDatabase (path: string): void {
-  // Only a regular file holds one; the rest is for makePrivate to refuse (SQLite opening a FIFO would wait for a writer).
-  if (!isFile(path)) return
-  let db: Database.Database
-  try {
-    db = openDatabase(path, { readonly: true, fileMustExist: true })
-  } catch {
-    return
-  }
-  let names: string[]
-  let versionColumns: string[]
-  try {
-    names = db.prepare("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'").pluck().all() as string[]
-    versionColumns = db.prepare('SELECT name FROM pragma_table_info(\'schema_version\')').pluck().all() as string[]
-  } catch {
-    return // locked past the wait (a store being made) or unreadable: the opening tells
-  } finally {
-    db.close()
-  }
-  // Other tools keep a schema_version table too: plantstore's has these columns.
-  const ours = ['version', 'name', 'applied_at'].every(column => versionColumns.includes(column))
-  if (names.length > 0 && !ours) throw new Error('it holds another program\'s database (tables, but not plantstore\'s schema); give plantstore a file of its own')
+  if (schemaAt(path) === 'other') throw new Error('it holds another program\'s database (tables, but not plantstore\'s schema); give plantstore a file of its own')
 }
 
 function isFile (path: string): boolean {
