@@ -73,6 +73,13 @@ export function allowedMethods (path: string): string[] {
 /** The largest request body, in bytes (413 past it); also the longest line `plantstore import` takes. */
 export const BODY_LIMIT = 64 * 1024
 
+/**
+ * The longest path (the request target before any query) answered: far above any of the API's,
+ * below the head that Node refuses as too large (16 KiB). A longer one is 414, also past those
+ * 16 KiB (errors.ts).
+ */
+export const MAX_PATH = 2048
+
 export const INT64_MIN = -(2n ** 63n)
 export const INT64_MAX = 2n ** 63n - 1n
 

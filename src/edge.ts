@@ -1,6 +1,7 @@
 import type { FastifyRequest } from 'fastify'
 import type { Logger } from 'pino'
-import { ApiError } from './errors.js'
+import { MAX_PATH } from './contract.js'
+import { ApiError, LONG_PATH_MESSAGE } from './errors.js'
 
 /** Headers that mean one thing: given twice, which one counts is a guess (RFC 9110 5.3), so neither does. */
 const SINGLE = new Map([['authorization', 'Authorization'], ['host', 'Host'], ['content-type', 'Content-Type']])
@@ -19,12 +20,6 @@ function repeatedHeader (request: FastifyRequest): string | undefined {
   }
   return undefined
 }
-
-/**
- * The longest path (the request target before any query) answered: far above any of the API's,
- * below the request line that Node refuses as headers too large (16 KiB). A longer one is 414.
- */
-const MAX_PATH = 2048
 
 /** True when every percent-escape in `text` is a byte of valid UTF-8. */
 function decodable (text: string): boolean {
@@ -55,7 +50,7 @@ export function edgeRefusal (request: FastifyRequest, log: Logger): ApiError | u
     return new ApiError('missingHost')
   }
   const query = request.url.indexOf('?')
-  if ((query === -1 ? request.url.length : query) > MAX_PATH) return new ApiError('pathTooLong', `The path is longer than ${MAX_PATH} characters.`)
+  if ((query === -1 ? request.url.length : query) > MAX_PATH) return new ApiError('pathTooLong', LONG_PATH_MESSAGE)
   // The query parser takes undecodable text literally; a path answers 400 for the same bytes.
   if (query !== -1 && !decodable(request.url.slice(query + 1))) return new ApiError('badQuery')
   // Node reads chunked framing; any other transfer coding (gzip, chunked) would reach the parser

@@ -76,6 +76,21 @@ for (const store of testStores()) {
       assert.equal((await call(server, 'GET', `/plants?tag=${'t'.repeat(100)}&after=${'0'.repeat(2000)}1`)).status, 400, 'a long query: a bad parameter, not a long path')
     })
 
+    test('a path past the 16 KiB that Node takes for a head is 414 too, counted and logged as one; a query that long, or headers, stay 431', async (t) => {
+      const server = await startServer(t, { store })
+      const auth = `Authorization: Bearer ${server.token}\r\n`
+      const long = await rawExchange(server, `GET /plants/${'1'.repeat(20_000)} HTTP/1.1\r\nHost: x\r\n${auth}\r\n`, { waitMs: 1000 })
+      assert.ok(isRawErrorBody(long.text, 414), long.text.slice(0, 200))
+      assert.match(long.text, /The path is longer than 2048 characters/)
+      const pipelined = await rawExchange(server, `GET /healthz HTTP/1.1\r\nHost: x\r\n\r\nPOST /${'p'.repeat(70_000)} HTTP/1.1\r\nHost: x\r\n\r\n`, { waitMs: 1000 })
+      assert.match(pipelined.text, /^HTTP\/1\.1 200 [^]*HTTP\/1\.1 414 /, 'after an answered request, on the same connection')
+      const query = await rawExchange(server, `GET /plants?tag=${'t'.repeat(20_000)} HTTP/1.1\r\nHost: x\r\n${auth}\r\n`, { waitMs: 1000 })
+      assert.ok(isRawErrorBody(query.text, 431), query.text.slice(0, 200))
+      const logged = (await refusals(server)).map(line => line.reason)
+      assert.deepEqual(logged, ['pathTooLong', 'pathTooLong', 'headersTooLarge'])
+      assert.match(await (await fetch(`${server.url}/metrics`)).text(), /plantstore_http_refused_before_routing_total\{status="414",reason="pathTooLong"\} 2/)
+    })
+
     test('every header line counts, however many come before it: a second Authorization after 1,500 others (12 KiB) is still refused; past 16 KiB of headers, 431', async (t) => {
       const server = await startServer(t, { store })
       const filler = Array.from({ length: 1500 }, (_, i) => `a${i}:b\r\n`).join('')
