@@ -29,14 +29,26 @@ import { Sender } from './webhooks/sender.js'
 export const KEEP_ALIVE_TIMEOUT_MS = 72_000
 
 export interface AppOptions {
-  config: Pick<Config, 'logLevel' | 'rateLimitPerMinute' | 'requestTimeout'> & Partial<Pick<Config, 'corsOrigins' | 'changesMaxReaders' | 'webhooksAllowPrivate' | 'webhooksMaxInFlight' | 'webhooksTimeout'>>
+  config: Pick<Config, 'logLevel' | 'rateLimitPerMinute' | 'requestTimeout'> & Partial<Pick<Config, 'corsOrigins' | 'changesMaxReaders' | 'shutdownTimeout' | 'webhooksAllowPrivate' | 'webhooksMaxInFlight' | 'webhooksTimeout'>>
   store: Store
   /** The service's logger; by default one at `config.logLevel` on stdout. */
   log?: Logger
 }
 
-/** How long a stopping server lets webhook attempts in flight finish; those still running are made again later (same webhook-id). */
+/**
+ * How long a stopping server lets webhook attempts in flight finish, at most: those still running
+ * are made again later (same webhook-id). Never past the time requests in flight have.
+ */
 const WEBHOOKS_STOP_MS = 2000
+
+/**
+ * How long into a stop of `deadlineMs` (SHUTDOWN_TIMEOUT) requests in flight, and webhook
+ * attempts, may run: until a second before its end, or half of it if that is shorter, so that
+ * the last commit and the exit fit in what is left.
+ */
+export function workMayRunMs (deadlineMs: number): number {
+  return Math.max(deadlineMs - 1000, deadlineMs / 2)
+}
 
 /** How often Node looks for requests that are late in arriving: the 408 leaves this long after the limit at most. */
 const ARRIVAL_CHECK_MS = 100
@@ -213,6 +225,7 @@ export async function buildApp ({ config, store: bareStore, log = pino({ level: 
  */
 function startWebhooks (app: FastifyInstance, { store, feed, log, metrics, config }: { store: Store, feed: Feed, log: Logger, metrics: Metrics, config: AppOptions['config'] }): Dispatcher {
   const timeoutMs = (config.webhooksTimeout ?? 15) * 1000
+  const stopMs = Math.min(WEBHOOKS_STOP_MS, workMayRunMs((config.shutdownTimeout ?? 10) * 1000))
   const maxInFlight = config.webhooksMaxInFlight ?? 64
   const sender = new Sender({ allowPrivate: config.webhooksAllowPrivate ?? false, timeoutMs })
   const outcomes = {
@@ -239,9 +252,9 @@ function startWebhooks (app: FastifyInstance, { store, feed, log, metrics, confi
   app.addHook('onListen', (done) => { dispatcher.start(); done() })
   // Stopping begins with the server's close, beside the requests that finish; the store closes after.
   let stopped: Promise<void> | undefined
-  app.addHook('preClose', (done) => { stopped = dispatcher.stop(WEBHOOKS_STOP_MS); done() })
+  app.addHook('preClose', (done) => { stopped = dispatcher.stop(stopMs); done() })
   app.addHook('onClose', async () => {
-    await (stopped ?? dispatcher.stop(WEBHOOKS_STOP_MS))
+    await (stopped ?? dispatcher.stop(stopMs))
     sender.close()
   })
   return dispatcher

@@ -1,6 +1,6 @@
 import { resolve } from 'node:path'
 import pino from 'pino'
-import { buildApp } from './app.js'
+import { buildApp, workMayRunMs } from './app.js'
 import { startPruning } from './changes/retention.js'
 import { ConfigError, isPostgresUrl, type Config } from './config.js'
 import { logDestination } from './log.js'
@@ -104,7 +104,7 @@ export async function serve (config: Config): Promise<void> {
     const cutOff = setTimeout(() => {
       log.warn('shutdown deadline: closing the connections still open')
       app.server.closeAllConnections()
-    }, Math.max(deadline - 1000, deadline / 2))
+    }, workMayRunMs(deadline))
     const giveUp = setTimeout(() => fail(new Error(`did not stop within SHUTDOWN_TIMEOUT (${config.shutdownTimeout} s)`)), deadline)
     // Node closes the connections that are idle when the server closes, not those that fall idle
     // later (a request in flight, answered): without this they would hold the exit until cutOff.

@@ -202,7 +202,7 @@ export interface Streak {
   webhookId: number
   /** A delivery succeeded: the streak ended. */
   succeeded: boolean
-  /** The failures after the last success: the first's and the last's time, and a disable asked for (a 410). */
+  /** The failures after the last success: when the first began and the last ended, and a disable asked for (a 410). */
   failures?: { from: Date, last: Date, disable?: string }
 }
 
@@ -212,7 +212,9 @@ export function streaksOf (outcomes: AttemptOutcome[]): Streak[] {
     const lastSuccess = own.map(o => o.delivered).lastIndexOf(true)
     const failed = own.slice(lastSuccess + 1)
     const disable = failed.find(o => o.disable !== undefined)?.disable
-    const failures = failed.length === 0 ? undefined : { from: failed[0].attempt.at, last: failed[failed.length - 1].attempt.at, ...(disable === undefined ? {} : { disable }) }
+    // The streak's last failure is known once its attempt ended (a 410 disables from then on).
+    const end = (o: AttemptOutcome): Date => new Date(o.attempt.at.getTime() + Math.round(o.attempt.durationMs))
+    const failures = failed.length === 0 ? undefined : { from: failed[0].attempt.at, last: end(failed[failed.length - 1]), ...(disable === undefined ? {} : { disable }) }
     return { webhookId, succeeded: lastSuccess >= 0, ...(failures === undefined ? {} : { failures }) }
   })
 }

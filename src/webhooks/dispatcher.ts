@@ -21,7 +21,7 @@ const PASS_MS = 20
 const BUSY_PASS_MS = 250
 /** After a store failure, the wait before the next pass. */
 const BACKOFF_MS = 1000
-/** At a stop, how long before its end the attempts still under way are abandoned, so that they are recorded within it. */
+/** At a stop, how long before its end the attempts still under way are abandoned, so that they are recorded within it (half a short stop). */
 const ABANDON_MS = 500
 /** A lease outlasts the receiver's time to answer by this much, so that only a sender that died loses its delivery to another. */
 const LEASE_MARGIN_MS = 5000
@@ -98,7 +98,7 @@ export class Dispatcher {
       await Promise.race([work, new Promise<void>(resolve => { timer = setTimeout(resolve, Math.max(0, left)) })])
       clearTimeout(timer)
     }
-    await within(Promise.all([this.running?.catch(() => {}), ...this.inFlight]), ms - ABANDON_MS)
+    await within(Promise.all([this.running?.catch(() => {}), ...this.inFlight]), ms - Math.min(ABANDON_MS, ms / 2))
     this.abandon.abort()
     await within(Promise.all(this.inFlight), until - performance.now())
     await within(this.flush().catch(() => {}), until - performance.now())

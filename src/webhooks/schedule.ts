@@ -25,7 +25,8 @@ export function nextAttemptAt (made: number, now: Date, retryAfterMs?: number, r
 export function retryAfterMs (header: string | undefined, now: Date): number | undefined {
   if (header === undefined) return undefined
   const text = header.trim()
-  if (/^\d{1,10}$/.test(text)) return Number(text) * 1000
+  // Any number of digits: a wait too long to count is the longest (capped by the caller).
+  if (/^\d+$/.test(text)) return Number(text) * 1000
   // An HTTP date ends in GMT (RFC 9110); Date.parse alone would take "-5" for a year.
   const date = /GMT$/.test(text) ? Date.parse(text) : Number.NaN
   return Number.isNaN(date) ? undefined : Math.max(0, date - now.getTime())

@@ -96,32 +96,36 @@ for (const kind of testStores()) {
       assert.deepEqual([...names].sort(), acknowledged.map(id => `plant ${id}`).sort(), 'exactly the acknowledged plants')
     })
 
-    test('an attempt still waiting for its receiver when the server is stopped is recorded as abandoned and made again at once on the next start, not after its lease', async (t) => {
-      const database = await freshDatabase(t, kind)
-      const receiver = await startReceiver(t)
-      receiver.answer = () => {} // takes the request and never answers: the attempt waits (15 s, a lease of 20)
-      const server = await startServer(t, { ...database, env: PRIVATE })
-      const id = await subscribe(server, `${receiver.url}/hook`)
-      assert.equal((await call(server, 'POST', '/plants', { body: { id: 1, name: 'Fern' } })).status, 200)
-      await receiver.waitFor(1, 5000)
-      server.process.kill('SIGTERM')
-      assert.equal(await server.exited, 0)
+    for (const shutdownTimeout of ['10', '1']) {
+      test(`an attempt still waiting for its receiver when the server is stopped is recorded as abandoned and made again at once on the next start, not after its lease (SHUTDOWN_TIMEOUT=${shutdownTimeout}: exit 0 within it)`, async (t) => {
+        const database = await freshDatabase(t, kind)
+        const receiver = await startReceiver(t)
+        receiver.answer = () => {} // takes the request and never answers: the attempt waits (15 s, a lease of 20)
+        const server = await startServer(t, { ...database, env: { ...PRIVATE, SHUTDOWN_TIMEOUT: shutdownTimeout } })
+        const id = await subscribe(server, `${receiver.url}/hook`)
+        assert.equal((await call(server, 'POST', '/plants', { body: { id: 1, name: 'Fern' } })).status, 200)
+        await receiver.waitFor(1, 5000)
+        const stopped = Date.now()
+        server.process.kill('SIGTERM')
+        assert.equal(await server.exited, 0, server.stdout().slice(-500))
+        assert.ok(Date.now() - stopped < Number(shutdownTimeout) * 1000, `stopped in ${Date.now() - stopped} ms`)
 
-      receiver.answer = (_request, response) => { response.writeHead(204).end() }
-      const restarted = await startServer(t, { ...database, token: server.token, env: PRIVATE })
-      const started = Date.now()
-      await receiver.waitFor(2, 5000)
-      assert.ok(Date.now() - started < 3000, `made again ${Date.now() - started} ms after the start`)
-      assert.equal(receiver.received[1].headers['webhook-id'], receiver.received[0].headers['webhook-id'])
-      let deliveries: any[] = []
-      for (const until = Date.now() + 5000; Date.now() < until; await sleep(100)) {
-        deliveries = (await call(restarted, 'GET', `/webhooks/${id}/deliveries`)).body
-        if (deliveries[0]?.status === 'delivered') break
-      }
-      assert.equal(deliveries.length, 1)
-      assert.equal(deliveries[0].status, 'delivered')
-      assert.deepEqual(deliveries[0].attempts.map((attempt: { error?: string, statusCode?: number }) => attempt.error ?? attempt.statusCode), ['abandoned: the server was stopping', 204])
-    })
+        receiver.answer = (_request, response) => { response.writeHead(204).end() }
+        const restarted = await startServer(t, { ...database, token: server.token, env: PRIVATE })
+        const started = Date.now()
+        await receiver.waitFor(2, 5000)
+        assert.ok(Date.now() - started < 3000, `made again ${Date.now() - started} ms after the start`)
+        assert.equal(receiver.received[1].headers['webhook-id'], receiver.received[0].headers['webhook-id'])
+        let deliveries: any[] = []
+        for (const until = Date.now() + 5000; Date.now() < until; await sleep(100)) {
+          deliveries = (await call(restarted, 'GET', `/webhooks/${id}/deliveries`)).body
+          if (deliveries[0]?.status === 'delivered') break
+        }
+        assert.equal(deliveries.length, 1)
+        assert.equal(deliveries[0].status, 'delivered')
+        assert.deepEqual(deliveries[0].attempts.map((attempt: { error?: string, statusCode?: number }) => attempt.error ?? attempt.statusCode), ['abandoned: the server was stopping', 204])
+      })
+    }
 
     test('a write refused (503, 409) or repeated delivers nothing', async (t) => {
       const server = await startServer(t, { store: kind, env: PRIVATE })

@@ -106,7 +106,7 @@ for (const kind of testStores()) {
     await store.webhooks.retry(hook.id, retry.id, at(4 * 86_400_000))
     const [later] = await store.webhooks.claim(at(4 * 86_400_000), at(4 * 86_400_000 + 20_000), LIMITS)
     await store.webhooks.record([outcome(later, at(5 * 86_400_000), { nextAt: at(6 * 86_400_000) })])
-    assert.deepEqual((await store.webhooks.get(hook.id))!.disabled, { at: at(5 * 86_400_000), reason: 'Every delivery failed for five days.' })
+    assert.deepEqual((await store.webhooks.get(hook.id))!.disabled, { at: at(5 * 86_400_000 + 3), reason: 'Every delivery failed for five days.' }, 'from the end of the attempt that made five days')
     assert.deepEqual(await store.webhooks.claim(at(7 * 86_400_000), at(8 * 86_400_000), LIMITS), [], 'a disabled subscription sends nothing')
     assert.deepEqual(await store.webhooks.backlog(at(7 * 86_400_000)), { due: 0, disabled: 1 })
 
@@ -116,8 +116,8 @@ for (const kind of testStores()) {
     await store.webhooks.enqueue(at(7 * 86_400_000), 500)
     const resumed = await store.webhooks.claim(at(7 * 86_400_000), at(8 * 86_400_000), LIMITS)
     assert.deepEqual(positions(resumed), [2n, 4n], 'its pending delivery due at once, and changes from the enable on')
-    await store.webhooks.record([outcome(resumed[0], at(7 * 86_400_000), { delivered: true }), outcome(resumed[1], at(7 * 86_400_000), { disable: 'The receiver answered 410 Gone.' })])
-    assert.equal((await store.webhooks.get(hook.id))!.disabled?.reason, 'The receiver answered 410 Gone.', 'a 410 disables at once')
+    await store.webhooks.record([outcome(resumed[0], at(7 * 86_400_000), { delivered: true }), outcome(resumed[1], at(7 * 86_400_000), { disable: 'The receiver answered 410 Gone.', attempt: { at: at(7 * 86_400_000), durationMs: 1049.4, statusCode: 410 } })])
+    assert.deepEqual((await store.webhooks.get(hook.id))!.disabled, { at: at(7 * 86_400_000 + 1049), reason: 'The receiver answered 410 Gone.' }, 'a 410 disables at once, from when it came')
   })
 
   test(`${kind}: retry, replay within the log, delete with its deliveries, prune of the settled`, async (t) => {

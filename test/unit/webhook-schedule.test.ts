@@ -26,4 +26,7 @@ test('Retry-After lengthens a wait, never shortens it, and is bounded by a day',
   assert.equal(retryAfterMs('Wed, 25 Nov 2026 00:10:00 GMT', NOW), 600_000)
   assert.equal(retryAfterMs('Tue, 24 Nov 2026 00:10:00 GMT', NOW), 0, 'a date past: no wait beyond the schedule')
   for (const header of [undefined, '', 'soon', '-5', '1.5']) assert.equal(retryAfterMs(header, NOW), undefined, String(header))
+  for (const digits of ['99999999999', '9'.repeat(20), '9'.repeat(400)]) {
+    assert.equal(after(1, 0.5, retryAfterMs(digits, NOW))! - NOW.getTime(), 86_400_000, `${digits.length} digits: the longest wait, not none`)
+  }
 })
