@@ -22,6 +22,11 @@ export function isUnavailable (error: unknown): boolean {
   return isHostLost(error) || isPoolBusy(error) || /^(53|28|55)/.test(state) || ['57014', '40001', '40P01', '3D000', '57P04', '42501'].includes(state)
 }
 
+/** node-postgres gave up waiting for a statement's answer (query_timeout): the session may still be running it. */
+export function isQueryTimeout (error: unknown): boolean {
+  return (error as { message?: unknown } | null)?.message === 'Query read timeout'
+}
+
 /** The pool had no connection free within the deadline: the process is busy, not the host lost. */
 function isPoolBusy (error: unknown): boolean {
   return (error as { message?: unknown } | null)?.message === 'timeout exceeded when trying to connect'

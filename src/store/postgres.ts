@@ -2,7 +2,8 @@ import pg from 'pg'
 import { StoreUnavailableError } from '../errors.js'
 import { describe } from './describe.js'
 import { commit } from './postgres-commit.js'
-import { isHostLost, isUnavailable, isUniqueViolation } from './postgres-errors.js'
+import { cancelStatement } from './postgres-cancel.js'
+import { isHostLost, isQueryTimeout, isUnavailable, isUniqueViolation } from './postgres-errors.js'
 import { databaseHosts, hostOf, sessionRefusal, type DatabaseHosts } from './postgres-hosts.js'
 import { changesPage, createMany, logBounds, pruneChanges, removePlant, replacePlant } from './postgres-changes.js'
 import { batchedCreates } from './postgres-creates.js'
@@ -106,6 +107,12 @@ function poolConfig (url: string, limits: PostgresLimits): pg.PoolConfig {
 function newPool (url: string, limits: PostgresLimits): pg.Pool {
   const pool = new pg.Pool(poolConfig(url, limits))
   pool.on('error', () => {}) // the pool removes that connection and opens another when needed
+  // A connection dropped because its statement outlived query_timeout: the session may still be
+  // running it (a COMMIT waiting for an absent synchronous standby); it is cancelled, not left
+  // holding one of the server's connection slots.
+  pool.on('release', (error: Error | undefined, client: pg.PoolClient) => {
+    if (error !== undefined && isQueryTimeout(error)) cancelStatement(client)
+  })
   return pool
 }
 
