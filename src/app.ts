@@ -1,6 +1,6 @@
 import { isUtf8 } from 'node:buffer'
 import { randomBytes } from 'node:crypto'
-import { createServer } from 'node:http'
+import { createServer, type ServerResponse } from 'node:http'
 import Fastify, { type FastifyInstance, type FastifyServerFactory, type onSendHookHandler } from 'fastify'
 import pino, { type Logger } from 'pino'
 import { installAuth } from './auth.js'
@@ -74,6 +74,15 @@ function requestIds (): () => string {
 }
 
 /**
+ * What a request waiting for the answers before its own weighs, in bytes of answer: Node stops
+ * reading a connection once the answers waiting for it hold more than its high-water mark (16 KiB),
+ * and reads on when they are down to it, but a waiting request has written nothing yet. Counted so
+ * (Node's own count, `_onPendingData`), 32 waiting requests stop the reading: without it, a client
+ * that pipelines without reading the answers would have every request it sends parsed and held.
+ */
+const WAITING_WEIGHT = 512
+
+/**
  * The HTTP server, which hands Fastify the requests of a connection one at a time: Node parses
  * pipelined requests as they arrive and would start them all at once, so that a DELETE sent after
  * a POST on one connection could run before the POST's commit (RFC 9112 9.3.2 allows that for safe
@@ -93,8 +102,13 @@ function inOrder (requestTimeoutMs: number): FastifyServerFactory {
     // Node would answer a request without Host with an empty 400; the edge check answers it.
     requireHostHeader: false
   }, (request, response) => {
-    if (response.socket === null) response.once('socket', () => handler(request, response))
-    else handler(request, response)
+    if (response.socket !== null) return handler(request, response)
+    const waiting = response as ServerResponse & { _onPendingData?: (bytes: number) => void }
+    waiting._onPendingData?.(WAITING_WEIGHT)
+    response.once('socket', () => {
+      waiting._onPendingData?.(-WAITING_WEIGHT)
+      handler(request, response)
+    })
   }), {
     // Every header line is read, however many: Node would drop those past its count (1,000),
     // and the checks would not see them (a second Authorization, an Expect). The size limit

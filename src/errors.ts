@@ -362,6 +362,9 @@ export function clientErrorHandler (refused: ReportRefusal): (error: NodeJS.Errn
       ? headTooLarge(error)
       : clientErrorCodes[error.code ?? ''] ?? (declaresTooLong(error) ? 'bodyTooLarge' : namesAnotherVersion(error) ? 'httpVersionNotSupported' : 'badRequest')
     const failure = clientFailure(name, error)
+    // Once refused, a connection is read no more; should Node read on (it resumes a connection
+    // whose answers drained), what it parses next is not a request either, and is not answered.
+    if (readingStopped(socket)) return
     // A reset or a closed socket is no request: nothing to answer and nothing worth a warning.
     if (error.code === 'ECONNRESET' || !socket.writable) {
       socket.destroy()
@@ -373,7 +376,7 @@ export function clientErrorHandler (refused: ReportRefusal): (error: NodeJS.Errn
       // or one answered already (refused on its head; the parser then failed on its body). The
       // answers under way go out first, whole; then, if the connection is still open for it (an
       // answer that closes it, like that refusal, ends it), this one, counted before routing.
-      socket.pause() // no further request is read meanwhile: this answer ends the connection
+      stopReading(socket) // no further request is read meanwhile: this answer ends the connection
       afterAnswersUnderWay(socket as Connection, () => {
         if (!socket.writable) return
         refused(name, { code: error.code })
@@ -388,6 +391,19 @@ export function clientErrorHandler (refused: ReportRefusal): (error: NodeJS.Errn
 
 /** A connection as Node's server keeps it: the answer it is writing now, if any (Node's own clientError handling reads it too). */
 type Connection = Socket & { _httpMessage?: ServerResponse | null }
+
+/** On a connection, that nothing more is read from it: what follows its last request may not be one. */
+const STOPPED = Symbol('plantstore.stopped')
+
+function stopReading (socket: Socket): void {
+  (socket as Socket & { [STOPPED]?: boolean })[STOPPED] = true
+  socket.pause()
+}
+
+/** True once a connection is read no more (stopReading). */
+function readingStopped (socket: Socket): boolean {
+  return (socket as Socket & { [STOPPED]?: boolean })[STOPPED] === true
+}
 
 /** Runs `then` once no answer is under way on `socket`: Node writes pipelined answers one after another, each in its turn. */
 function afterAnswersUnderWay (socket: Connection, then: () => void): void {
@@ -418,7 +434,7 @@ const LINGER_MS = 2000
  * carried out.
  */
 function answerOnSocket (socket: Socket, failure: { status: number, message: string }): void {
-  socket.pause()
+  stopReading(socket)
   const body = errorBody(failure.status, failure.message)
   socket.end(`HTTP/1.1 ${failure.status} ${STATUS_CODES[failure.status] ?? ''}\r\n` +
     `Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`)

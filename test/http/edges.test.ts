@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict'
-import { readdirSync } from 'node:fs'
+import { once } from 'node:events'
+import { readdirSync, readFileSync } from 'node:fs'
 import { connect, type Socket } from 'node:net'
 import { describe, test } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
@@ -416,3 +417,31 @@ for (const store of testStores()) {
     })
   })
 }
+
+test('a client that pipelines requests without reading the answers is read only a few dozen requests ahead: the server stops taking its bytes, its memory stays flat, and it answers others during and after', async (t) => {
+  const server = await startServer(t)
+  const rssMiB = (): number => Number(/VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${server.process.pid!}/status`, 'utf8'))![1]) / 1024
+  const before = rssMiB()
+  const { port } = new URL(server.url)
+  const socket = connect(Number(port), '127.0.0.1')
+  t.after(() => socket.destroy())
+  await once(socket, 'connect')
+  const chunk = Buffer.from('GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n'.repeat(2000)) // 70 KB, 2,000 requests
+  const LIMIT = 40 * 1024 * 1024
+  let offered = 0
+  while (offered < LIMIT) {
+    offered += chunk.length
+    if (socket.write(chunk)) continue
+    // The kernel's buffers are full: the server has stopped reading (or is slow); a second without room ends it.
+    const drained = await Promise.race([once(socket, 'drain').then(() => true), sleep(1000).then(() => false)])
+    if (!drained) break
+  }
+  assert.ok(offered < LIMIT, `the server read all of ${LIMIT} bytes of requests it could not answer`)
+  const grown = rssMiB() - before
+  assert.ok(grown < 64, `RSS grew ${grown.toFixed(1)} MiB`)
+  assert.equal((await call(server, 'GET', '/healthz')).status, 200, 'others are answered meanwhile')
+  socket.destroy()
+  const started = Date.now()
+  assert.equal((await call(server, 'GET', '/healthz')).status, 200)
+  assert.ok(Date.now() - started < 1000, `answered ${Date.now() - started} ms after the client left`)
+})
