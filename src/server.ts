@@ -8,6 +8,7 @@ import { openStore } from './store/open.js'
 import { PostgresStore } from './store/postgres.js'
 import { ALL_SCOPES, type Store } from './store/store.js'
 import { digestOf, generateToken } from './tokens.js'
+import { endStartSignals, stopOnSignalsWhileStarting } from './start-signals.js'
 
 /** On a store without any token, creates one with every scope and returns it, once. */
 async function bootstrapToken (store: Store): Promise<string | undefined> {
@@ -52,13 +53,7 @@ function listenFailure (error: unknown, config: Config): ConfigError {
 
 /** Opens the store, listens, and closes gracefully on SIGTERM or SIGINT (exit 0). */
 export async function serve (config: Config): Promise<void> {
-  // A stop asked for while the server starts (a supervisor that changed its mind) ends it at
-  // once, with exit 0 rather than Node's death by the signal: nothing has been answered, and what
-  // the start had under way is safe to leave (a migration rolls back; SQLite's files are whole
-  // after any exit). A start that failed already is ending with its own code (process.exitCode).
-  const stopWhileStarting = (): void => { process.exit() }
-  process.on('SIGTERM', stopWhileStarting)
-  process.on('SIGINT', stopWhileStarting)
+  stopOnSignalsWhileStarting() // (main.ts did already; serve may be called without it)
   const store = await openStore(config.databaseUrl)
   await store.ping()
   // Its last lines go out at exit, whichever way the process ends.
@@ -124,8 +119,7 @@ export async function serve (config: Config): Promise<void> {
   // The shutdown already under way keeps its deadline.
   process.on('SIGTERM', () => { shutdown('SIGTERM').catch(fail) })
   process.on('SIGINT', () => { shutdown('SIGINT').catch(fail) })
-  process.off('SIGTERM', stopWhileStarting)
-  process.off('SIGINT', stopWhileStarting)
+  endStartSignals()
 
   // Only now: a start that cannot listen must not use up the one token shown to a newcomer. A stop
   // that comes meanwhile closes the store under it: then no token is made, and that is no failure.

@@ -3,6 +3,7 @@ import pino from 'pino'
 import type { Config } from './config.js'
 import { answerMetricsRequests, FORKED_BY_PLANTSTORE } from './metrics/cluster.js'
 import { openStore } from './store/open.js'
+import { endStartSignals } from './start-signals.js'
 
 /** A worker that dies sooner than this after its start is a crash loop: each such death doubles the wait. */
 const STEADY_MS = 10_000
@@ -83,6 +84,7 @@ export async function serveWorkers (config: Config): Promise<void> {
   // `on`, not `once`: a second signal must not fall back to Node's default and orphan the workers.
   process.on('SIGTERM', () => stop('SIGTERM'))
   process.on('SIGINT', () => stop('SIGINT'))
+  endStartSignals()
   answerMetricsRequests()
 
   const first = fork()

@@ -3,12 +3,9 @@ import cluster from 'node:cluster'
 import { readFileSync } from 'node:fs'
 import { ConfigError, loadConfig, settings, type Config } from '../config.js'
 import { StoreUnavailableError } from '../errors.js'
+import { stopOnSignalsWhileStarting } from '../start-signals.js'
 import { parseCommand, quoted } from './args.js'
-import { backup } from './backup.js'
-import { databaseUrlOf, openForCommand } from './database.js'
-import { exportPlants } from './export.js'
-import { importPlants } from './import.js'
-import { tokens } from './tokens.js'
+import { exitOnceWritten } from './exit.js'
 import { flagOf, USAGE } from './usage.js'
 
 /** The version in package.json, one directory above both src/ and dist/. */
@@ -31,10 +28,13 @@ async function migrate (args: string[]): Promise<void> {
     process.stdout.write(USAGE.migrate + '\n')
     return
   }
+  const { databaseUrlOf, openForCommand } = await import('./database.js')
   await (await openForCommand(databaseUrlOf(parsed.values['database-url'] as string | undefined))).close()
 }
 
 async function serve (args: string[]): Promise<void> {
+  // Before the server's modules load, which is most of a start's time before it listens.
+  stopOnSignalsWhileStarting()
   const config = configFrom(args)
   if (config === undefined) process.stdout.write(USAGE.serve + '\n')
   // Loaded only to serve: the other commands start without the HTTP stack (Fastify, prom-client).
@@ -56,10 +56,11 @@ async function main (argv: string[]): Promise<void> {
   if (command === undefined || command.startsWith('-')) return await serve(argv)
   if (command === 'serve') return await serve(rest)
   if (command === 'migrate') return await migrate(rest)
-  if (command === 'tokens') return await tokens(rest)
-  if (command === 'backup') return await backup(rest)
-  if (command === 'export') return await exportPlants(rest)
-  if (command === 'import') return await importPlants(rest)
+  // Each command's modules load when it runs: a start that is quick to take a signal.
+  if (command === 'tokens') return await (await import('./tokens.js')).tokens(rest)
+  if (command === 'backup') return await (await import('./backup.js')).backup(rest)
+  if (command === 'export') return await (await import('./export.js')).exportPlants(rest)
+  if (command === 'import') return await (await import('./import.js')).importPlants(rest)
   throw new ConfigError(`Unknown command ${quoted(command)}; use serve, migrate, tokens, backup, export or import (see plantstore --help).`)
 }
 
@@ -80,19 +81,3 @@ main(process.argv.slice(2)).catch((error: unknown) => {
   process.stderr.write(`plantstore: ${message}\n`)
   exitOnceWritten()
 })
-
-/**
- * Exits (with process.exitCode) once stdout and stderr have written out what they hold. A reader
- * slower than us leaves a pipe full and the rest in our memory, which process.exit drops: a failed
- * export's last line among it, without which an import of its output would succeed. The exit waits
- * OUTPUT_WAIT_MS at most: a reader that never reads does not hold it for ever.
- */
-function exitOnceWritten (): void {
-  let writing = 2
-  const written = (): void => { if (--writing === 0) process.exit() }
-  process.stdout.write('', written)
-  process.stderr.write('', written)
-  setTimeout(() => process.exit(), OUTPUT_WAIT_MS).unref()
-}
-
-const OUTPUT_WAIT_MS = 10_000

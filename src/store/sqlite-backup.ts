@@ -27,7 +27,7 @@ function fsyncPath (path: string): void {
 export async function backupSqlite (source: string, destination: string): Promise<void> {
   if (!holdsStore(source)) throw new ConfigError(`There is no store at ${resolve(source)} to back up.`)
   if (existsSync(destination)) throw new ConfigError(`${resolve(destination)} already exists; a backup never overwrites a file, so remove it or choose another name.`)
-  const partial = join(dirname(destination), `.${basename(destination)}.partial-${process.pid}`)
+  const partial = partialOf(destination)
   try {
     closeSync(openSync(partial, 'wx', 0o600)) // SQLite keeps the mode of a file it finds
   } catch (error) {
@@ -56,6 +56,17 @@ export async function backupSqlite (source: string, destination: string): Promis
     const reason = (error as NodeJS.ErrnoException).code === 'EEXIST' ? 'it appeared while the backup ran' : (error as Error).message
     throw new ConfigError(`Cannot write the backup ${resolve(destination)}: ${reason}.`)
   } finally {
-    rmSync(partial, { force: true })
+    removePartial(destination)
   }
+}
+
+/** The temporary name a backup to `destination` is written under, beside it, until it is whole. */
+function partialOf (destination: string): string {
+  return join(dirname(destination), `.${basename(destination)}.partial-${process.pid}`)
+}
+
+/** Removes what a backup to `destination` left under its temporary name (the copy and its journal), if anything. */
+export function removePartial (destination: string): void {
+  const partial = partialOf(destination)
+  for (const path of [partial, `${partial}-journal`]) rmSync(path, { force: true })
 }

@@ -90,3 +90,38 @@ test('plantstore backup refuses a missing store, a missing directory and Postgre
   assert.equal(postgres.status, 1)
   assert.equal(postgres.stderr, 'plantstore: backup copies SQLite stores only; for PostgreSQL, use pg_dump.\n')
 })
+
+test('plantstore backup refuses an empty FILE before copying anything', (t) => {
+  const dir = tempDir(t)
+  assert.equal(cli(dir, ['migrate']).status, 0)
+  const result = cli(dir, ['backup', ''])
+  assert.equal(result.status, 1)
+  assert.equal(result.stderr, 'plantstore: backup needs the FILE to write; see plantstore backup --help.\n')
+  assert.deepEqual(readdirSync(dir).filter(name => name.includes('partial')), [])
+})
+
+test('plantstore backup stopped by SIGTERM or SIGINT while it copies leaves no partial copy behind (a copy made whole before the stop stays whole)', async (t) => {
+  const dir = tempDir(t)
+  const dbPath = join(dir, 'plantstore.db')
+  assert.equal(cli(dir, ['migrate']).status, 0)
+  const seed = openDatabase(dbPath)
+  seed.exec("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 400000) INSERT INTO plants (id, name) SELECT i, 'a plant with a longish name, number ' || i FROM n")
+  seed.close()
+  for (const signal of ['SIGTERM', 'SIGINT'] as const) {
+    const target = join(dir, `copy-${signal}.db`)
+    const child = spawn(process.execPath, [MAIN, 'backup', target], { env: { ...process.env, DATABASE_URL: dbPath }, stdio: ['ignore', 'ignore', 'pipe'] })
+    let stderr = ''
+    child.stderr.setEncoding('utf8').on('data', (chunk: string) => { stderr += chunk })
+    const exited = new Promise<number | null>(resolve => child.once('exit', resolve))
+    // Stopped once its partial copy exists: while it copies.
+    while (!readdirSync(dir).some(name => name.includes('partial'))) await new Promise(resolve => setTimeout(resolve, 2))
+    child.kill(signal)
+    const status = await exited
+    assert.deepEqual(readdirSync(dir).filter(name => name.includes('partial')), [], `nothing left under a temporary name (${signal}, exit ${status}: ${stderr})`)
+    if (existsSync(target)) {
+      const copy = openDatabase(target, { readonly: true })
+      assert.equal(copy.prepare('SELECT count(*) AS n FROM plants').get().n, 400000, 'a copy that is there is whole')
+      copy.close()
+    }
+  }
+})

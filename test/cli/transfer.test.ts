@@ -573,3 +573,45 @@ test('postgres: an export from SQLite holding U+0000 does not go into PostgreSQL
     'plantstore: Line 2: The name or tag holds the character U+0000, which this store cannot keep; remove it. Nothing was imported.\n')
   assert.deepEqual(await plantsBySql({ store: 'postgres', databaseUrl: url }), [])
 })
+
+test('an export stopped by SIGTERM or SIGINT part way ends with the failure line, so that an import of its output fails; exit 143 or 130', async (t) => {
+  const dir = tempDir(t)
+  const path = join(dir, 'plantstore.db')
+  assert.equal(run(['migrate'], path).status, 0)
+  const db = openDatabase(path)
+  db.exec('WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 20000) INSERT INTO plants (id, name) SELECT i, \'plant number \' || i FROM n')
+  db.close()
+  for (const [signal, code] of [['SIGTERM', 143], ['SIGINT', 130]] as const) {
+    // Its output is not read until it was stopped: the pipe fills and the export waits part way.
+    const fifo = join(dir, `out-${signal}`)
+    assert.equal(spawnSync('mkfifo', [fifo]).status, 0)
+    const reader = openSync(fifo, constants.O_RDONLY | constants.O_NONBLOCK)
+    t.after(() => closeSync(reader))
+    const writer = openSync(fifo, constants.O_WRONLY | constants.O_NONBLOCK)
+    const child = spawn(process.execPath, [MAIN, 'export'], { env: { ...process.env, DATABASE_URL: path }, stdio: ['ignore', writer, 'pipe'] })
+    closeSync(writer)
+    const exited = new Promise<number | null>(resolve => child.once('exit', resolve))
+    let stderr = ''
+    child.stderr.setEncoding('utf8').on('data', (chunk: string) => { stderr += chunk })
+    await sleep(1000)
+    child.kill(signal)
+    const chunks: Buffer[] = []
+    const buffer = Buffer.alloc(65536)
+    const deadline = Date.now() + 10_000
+    for (let read = tryIo(() => readSync(reader, buffer)); read !== 0 && Date.now() < deadline; read = tryIo(() => readSync(reader, buffer))) {
+      if (read === undefined) await sleep(10)
+      else chunks.push(Buffer.from(buffer.subarray(0, read)))
+    }
+    assert.equal(await exited, code, stderr)
+    assert.equal(stderr, `plantstore: stopped by ${signal}.\n`)
+    const lines = Buffer.concat(chunks).toString('utf8').split('\n')
+    assert.equal(lines.pop(), '', 'whole lines')
+    assert.equal(lines.pop(), EXPORT_FAILED, 'the failure line last')
+    assert.ok(lines.length < 20_000, `stopped part way (${lines.length} lines)`)
+    assert.doesNotThrow(() => lines.forEach(line => parseJson(line)), 'each line above it a plant')
+    const target = join(dir, `${signal}.db`)
+    const imported = run(['import'], target, Buffer.concat(chunks))
+    assert.equal(imported.status, 1, imported.stderr)
+    assert.match(imported.stderr, /the export which wrote it failed there.*Nothing was imported/)
+  }
+})

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict'
 import { spawn } from 'node:child_process'
-import { readdirSync, readlinkSync } from 'node:fs'
+import { existsSync, readdirSync, readlinkSync } from 'node:fs'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { describe, test } from 'node:test'
@@ -99,6 +99,24 @@ test('SIGTERM while the server starts (its new store held by another process) en
   child.kill('SIGTERM')
   assert.equal(await exited, 0)
   assert.doesNotMatch(stdout, /Server listening/)
+})
+
+test('SIGTERM or SIGINT while the modules of the server load, before any of its handlers, ends the start, exit 0', async (t) => {
+  for (const signal of ['SIGTERM', 'SIGINT'] as const) {
+    const dir = tempDir(t)
+    const mark = join(dir, 'loading')
+    const child = spawn(process.execPath, ['--import', join(ROOT, 'test/slow-server-load.mjs'), join(ROOT, 'dist/cli/main.js'), 'serve', '--port', '0'], { env: { ...process.env, DATABASE_URL: join(dir, 'plantstore.db'), SLOW_LOAD_MARK: mark }, stdio: ['ignore', 'ignore', 'pipe'] })
+    t.after(() => { if (alive(child.pid!)) child.kill('SIGKILL') })
+    let stderr = ''
+    child.stderr.setEncoding('utf8').on('data', (chunk: string) => { stderr += chunk })
+    const exited = new Promise<number | null>(resolve => child.once('exit', code => resolve(code)))
+    for (const deadline = Date.now() + 10_000; !existsSync(mark) && Date.now() < deadline;) await sleep(10)
+    assert.ok(existsSync(mark), 'the modules of the server are loading')
+    const signalled = Date.now()
+    child.kill(signal)
+    assert.equal(await exited, 0, `${signal}: ${stderr}`)
+    assert.ok(Date.now() - signalled < 3000, `ended ${Date.now() - signalled} ms after ${signal}, not once the load was done`)
+  }
 })
 
 test('postgres: SIGTERM while the first start waits to make its token stops the server, exit 0, and uses no token up', { skip: PG_URL === undefined ? PG_SKIP : false }, async (t) => {
