@@ -178,7 +178,11 @@ function send (reply: FastifyReply, failure: ApiError): FastifyReply {
   // answer again if it then breaks or stalls. A body read whole and refused (not JSON, another
   // charset) leaves the connection as good as any: Fastify's close after its parsers' refusals goes.
   if (bodyUnread(reply.request.raw)) reply.header('connection', 'close')
-  else reply.removeHeader('connection')
+  // Said as Node says it on every answer of a kept connection: its own words are dropped once a
+  // Connection header was set, even if removed again.
+  else if (reply.hasHeader('connection') && reply.raw.shouldKeepAlive) {
+    reply.header('connection', 'keep-alive').header('keep-alive', `timeout=${Math.floor(reply.server.server.keepAliveTimeout / 1000)}`)
+  }
   return reply.code(failure.status).headers(failure.headers).type('application/json').send(errorBody(failure.status, failure.message))
 }
 

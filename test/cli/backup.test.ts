@@ -120,7 +120,7 @@ test('plantstore backup stopped by SIGTERM or SIGINT while it copies leaves no p
     assert.deepEqual(readdirSync(dir).filter(name => name.includes('partial')), [], `nothing left under a temporary name (${signal}, exit ${status}: ${stderr})`)
     if (existsSync(target)) {
       const copy = openDatabase(target, { readonly: true })
-      assert.equal(copy.prepare('SELECT count(*) AS n FROM plants').get().n, 400000, 'a copy that is there is whole')
+      assert.equal((copy.prepare('SELECT count(*) AS n FROM plants').get() as { n: number }).n, 400000, 'a copy that is there is whole')
       copy.close()
     }
   }

@@ -592,7 +592,7 @@ test('an export stopped by SIGTERM or SIGINT part way ends with the failure line
     closeSync(writer)
     const exited = new Promise<number | null>(resolve => child.once('exit', resolve))
     let stderr = ''
-    child.stderr.setEncoding('utf8').on('data', (chunk: string) => { stderr += chunk })
+    child.stderr?.setEncoding('utf8').on('data', (chunk: string) => { stderr += chunk })
     await sleep(1000)
     child.kill(signal)
     const chunks: Buffer[] = []

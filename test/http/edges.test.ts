@@ -217,10 +217,18 @@ for (const store of testStores()) {
       assert.ok(answer.ms < 2500, `answered after ${answer.ms} ms`)
     })
 
-    test('the server announces its bound on idle keep-alive connections (72 s: waiting it out is too slow for a test)', async (t) => {
+    test('the server announces its bound on idle keep-alive connections on every answer that keeps the connection, failures included (72 s: waiting it out is too slow for a test)', async (t) => {
       const server = await startServer(t, { store })
-      const answer = await call(server, 'GET', '/healthz', { token: null })
-      assert.equal(answer.headers.get('keep-alive'), 'timeout=72')
+      const answers = [
+        await call(server, 'GET', '/healthz', { token: null }),
+        await call(server, 'GET', '/nowhere', { token: null }),
+        await call(server, 'GET', '/plants/99'),
+        await call(server, 'GET', '/plants?x=1'),
+        await call(server, 'POST', '/plants', { raw: '{"id": 1', headers: { 'content-type': 'application/json' } })
+      ]
+      assert.deepEqual(answers.map(answer => [answer.status, answer.headers.get('connection'), answer.headers.get('keep-alive')]), [
+        [200, 'keep-alive', 'timeout=72'], [404, 'keep-alive', 'timeout=72'], [404, 'keep-alive', 'timeout=72'], [400, 'keep-alive', 'timeout=72'], [400, 'keep-alive', 'timeout=72']
+      ])
     })
 
     test('bodies: one reading of JSON, text stored exactly or refused', async (t) => {
