@@ -18,9 +18,9 @@ const UNMATCHED = 'unmatched'
 /** The status label of a request whose client closed the connection before the answer was written (nginx's convention). */
 const CLIENT_CLOSED = 499
 
-/** On a connection, its request routed and not yet answered: its id, and the status Node answered it with, if it did (a 408 for a body too slow). */
+/** On a connection, its request routed and not yet answered: its id, and the status Node answered it with and when, if it did (a 408 for a body too slow). */
 const ROUTED = Symbol('plantstore.routed')
-interface Routed { reqId: string, answeredBeforeRoute?: number }
+interface Routed { reqId: string, answeredBeforeRoute?: number, answeredAt?: number }
 type Connection = Socket & { [ROUTED]?: Routed }
 
 /**
@@ -33,6 +33,8 @@ export function refusalCounter (metrics: Metrics): CountRefusal {
     const routed = (socket as Connection | undefined)?.[ROUTED]
     if (routed !== undefined) {
       routed.answeredBeforeRoute = status
+      // Its connection lingers after that answer (errors.ts): the request's time ends here.
+      routed.answeredAt = performance.now()
       return { reqId: routed.reqId }
     }
     metrics.refusedBeforeRouting.inc({ status: String(status), reason })
@@ -95,7 +97,7 @@ export function requestRecorder (metrics: Metrics, log: Logger): (request: Fasti
       }
       // An answer whose head went out keeps its status (a change stream its client closed is a 200).
       const status = reply.raw.writableFinished || reply.raw.headersSent ? reply.raw.statusCode : routed.answeredBeforeRoute ?? CLIENT_CLOSED
-      const ms = performance.now() - start
+      const ms = (routed.answeredAt ?? performance.now()) - start
       const outcome = outcomeOf(request.method, url, status)
       outcome.series?.observe(ms / 1000)
       // Never a header, so never a token.

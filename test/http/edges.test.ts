@@ -217,6 +217,23 @@ for (const store of testStores()) {
       assert.ok(answer.ms < 2500, `answered after ${answer.ms} ms`)
     })
 
+    test('a routed request whose body is malformed is timed to its answer, not to the end of the lingering close after it (2 s)', async (t) => {
+      const server = await startServer(t, { store })
+      // A client that reads the answer and keeps its side open: the server lingers, then closes.
+      const socket = connect(Number(new URL(server.url).port), '127.0.0.1')
+      t.after(() => socket.destroy())
+      let text = ''
+      socket.setEncoding('utf8').on('data', (chunk: string) => { text += chunk })
+      socket.write(`POST /plants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${server.token}\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n`)
+      await sleep(100) // routed, its body awaited
+      socket.write('5\r\n{"id":1,"name":"Fern"}\r\n0\r\n\r\n')
+      await sleep(3000) // the connection's lingering close is over: its request line is written
+      assert.ok(isRawErrorBody(text, 400), text)
+      const line = server.stdout().trim().split('\n').map(text => JSON.parse(text)).find(entry => entry.msg === 'request' && entry.route === '/plants')
+      assert.equal(line?.status, 400)
+      assert.ok(line.durationMs < 1000, `logged ${line.durationMs} ms`)
+    })
+
     test('the server announces its bound on idle keep-alive connections on every answer that keeps the connection, failures included (72 s: waiting it out is too slow for a test)', async (t) => {
       const server = await startServer(t, { store })
       const answers = [
