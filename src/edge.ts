@@ -36,7 +36,7 @@ function decodable (text: string): boolean {
  * The refusal of a request whose head fails the checks that come before everything else, auth
  * included, or undefined when it passes: a version other than HTTP/1.x (0.9, 2.0 in text) is 505
  * (RFC 9110 15.6.6); HTTP/1.1 requires Host; a path longer than MAX_PATH is
- * 414, whether or not it names a route; a transfer coding other than chunked is 501 (RFC 9112
+ * 414, whether or not it names a route; a target with a fragment (`#`) is 400; a transfer coding other than chunked is 501 (RFC 9112
  * 6.1); a second Authorization, Host or Content-Type header is ambiguous (which token, which
  * host, which parser?), so it is refused rather than settled by taking the first. A DELETE has
  * its content type ignored, so `DELETE` with a stray `Content-Type: application/json` and an
@@ -51,6 +51,8 @@ export function edgeRefusal (request: FastifyRequest, log: Logger): ApiError | u
   }
   const query = request.url.indexOf('?')
   if ((query === -1 ? request.url.length : query) > MAX_PATH) return new ApiError('pathTooLong', LONG_PATH_MESSAGE)
+  // Node's parser takes a fragment; the router would read `/plants#limit=1` as a query.
+  if (request.url.includes('#')) return new ApiError('badPath', 'The request target holds a "#": a fragment stays with the client and is not sent in HTTP (RFC 9112 3.2); write "#" in a path or query as "%23".')
   // The query parser takes undecodable text literally; a path answers 400 for the same bytes.
   if (query !== -1 && !decodable(request.url.slice(query + 1))) return new ApiError('badQuery')
   // Node reads chunked framing; any other transfer coding (gzip, chunked) would reach the parser

@@ -77,6 +77,16 @@ for (const store of testStores()) {
       assert.equal((await call(server, 'GET', `/plants?tag=${'t'.repeat(100)}&after=${'0'.repeat(2000)}1`)).status, 400, 'a long query: a bad parameter, not a long path')
     })
 
+    test('a request target with a fragment ("#", which HTTP does not send) is 400 naming it, not a query read from after it', async (t) => {
+      const server = await startServer(t, { store })
+      for (const target of ['/plants#limit=1', '/healthz#x', '/plants/1#']) {
+        const { text } = await rawExchange(server, `GET ${target} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${server.token}\r\n\r\n`, { waitMs: 1000 })
+        assert.ok(isRawErrorBody(text, 400), `${target}: ${text}`)
+        assert.match(text, /holds a \\?"#\\?"/, target)
+      }
+      assert.equal((await call(server, 'GET', '/plants?tag=a%23b')).status, 200, 'an escaped "#" is a character like any')
+    })
+
     test('a path past the 16 KiB that Node takes for a head is 414 too, counted and logged as one; a query that long, or headers, stay 431', async (t) => {
       const server = await startServer(t, { store })
       const auth = `Authorization: Bearer ${server.token}\r\n`
