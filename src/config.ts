@@ -84,6 +84,8 @@ const table = {
       if (scheme !== undefined && !isPostgresUrl(t)) {
         throw new ConfigError(`DATABASE_URL begins as a ${scheme}: URL, but only postgres:// and postgresql:// (in lower case) select a database server; a SQLite file whose path begins so is written ./${scheme}:….`)
       }
+      // SQLite's name for a database in memory: it would keep nothing, and no token outlives a command.
+      if (t === ':memory:') throw new ConfigError('DATABASE_URL must be a postgres:// URL or a SQLite file path; ":memory:" is SQLite\'s name for a database in memory, which keeps nothing (a file named so is written ./:memory:).')
       return t
     }
   },

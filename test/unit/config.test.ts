@@ -25,6 +25,11 @@ test('DATABASE_URL: a URL of a scheme other than postgres(ql):// is refused, nam
   for (const url of ['postgres://db/plants', 'postgresql://db/plants', './mysql://x.db', 'data/plants.db', 'C:plants.db', 'file:plants.db']) assert.equal(loadConfig({ DATABASE_URL: url }).databaseUrl, url)
 })
 
+test('DATABASE_URL=:memory: (SQLite\'s database in memory, which keeps nothing) is refused in one line; ./:memory: is a file', () => {
+  assert.throws(() => loadConfig({ DATABASE_URL: ':memory:' }), (error: Error) => error instanceof ConfigError && /^DATABASE_URL must be a postgres:\/\/ URL or a SQLite file path; ":memory:" is SQLite's name for a database in memory/.test(error.message))
+  assert.equal(loadConfig({ DATABASE_URL: './:memory:' }).databaseUrl, './:memory:')
+})
+
 test('several workers need PostgreSQL: on a SQLite file the start is refused, saying why', () => {
   assert.throws(() => loadConfig({ WORKERS: '2' }), (error: Error) => error instanceof ConfigError &&
     /^WORKERS is 2, but a SQLite store has one writer: run one process \(WORKERS=1\), or use PostgreSQL/.test(error.message))
