@@ -114,13 +114,14 @@ export function migrate (path: string): void {
   const db = openDatabase(path)
   try {
     configure(db)
-    if (db.pragma('journal_mode', { simple: true }) !== 'wal') whileBusy(() => db.pragma('journal_mode = WAL'))
     const known = migrationsOf('sqlite')
     const newest = known.at(-1)?.version ?? 0
     // Most starts find the schema current: they read its version and take no write lock, so an
-    // operator's open transaction does not hold up a start.
+    // operator's open transaction does not hold up a start. A newer store is refused before
+    // anything of it changes (its journal mode included).
     const found = whileBusy(() => versionOf(db))
     if (found > newest) throw tooNew(found, newest)
+    if (db.pragma('journal_mode', { simple: true }) !== 'wal') whileBusy(() => db.pragma('journal_mode = WAL'))
     if (found === newest) return
     db.exec('CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)')
     for (const migration of known) {

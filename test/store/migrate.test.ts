@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict'
 import { openDatabase, SQLITE_BINDING } from '../../src/store/sqlite-driver.js'
-import { spawn, type ChildProcess } from 'node:child_process'
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
+import { existsSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { test } from 'node:test'
 import { migrationsOf } from '../../src/store/migrations.js'
@@ -83,4 +84,19 @@ test('a schema newer than this plantstore knows is refused in one sentence', asy
   const { code, stderr } = await migrate(path)
   assert.equal(code, 1)
   assert.match(stderr, /^plantstore: Cannot open the database at .*: The database schema is version 999, newer than this plantstore knows \(\d+\); upgrade plantstore\.\n$/)
+})
+
+test('serve on a store of a newer plantstore (a backup, in rollback-journal mode) refuses it and leaves it byte for byte as it was', async (t) => {
+  const path = join(tempDir(t), 'plantstore.db')
+  assert.equal((await migrate(path)).code, 0)
+  const db = openDatabase(path)
+  db.pragma('journal_mode = DELETE')
+  db.prepare("INSERT INTO schema_version (version, name, applied_at) VALUES (999, '999-future.sql', 0)").run()
+  db.close()
+  const before = readFileSync(path)
+  const started = spawnSync(process.execPath, [MAIN, 'serve'], { env: { ...process.env, DATABASE_URL: path, PORT: '0' }, encoding: 'utf8', timeout: 20_000 })
+  assert.equal(started.status, 1, started.stderr)
+  assert.match(started.stderr, /newer than this plantstore knows/)
+  assert.ok(readFileSync(path).equals(before), 'the file is unchanged (its journal mode too)')
+  assert.equal(existsSync(`${path}-wal`), false)
 })
