@@ -1,4 +1,4 @@
-import { writeSync } from 'node:fs'
+import { fstatSync, statSync, writeSync } from 'node:fs'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { ConfigError } from '../config.js'
 import { DEFAULT_SCOPES, type NewToken, type Scope, type Store, type TokenRecord } from '../store/store.js'
@@ -56,7 +56,18 @@ function writeAll (fd: number, text: string): void {
   }
 }
 
+/** True when `fd` writes to /dev/null: given so (`> /dev/null`), or closed (Node then opens /dev/null in its place). */
+function discards (fd: number): boolean {
+  try {
+    const target = fstatSync(fd)
+    return target.isCharacterDevice() && target.rdev === statSync('/dev/null').rdev
+  } catch {
+    return false
+  }
+}
+
 async function create (store: Store, wanted: Omit<NewToken, 'digest'>): Promise<void> {
+  if (discards(1)) throw new ConfigError('stdout goes to /dev/null (or was closed), where no one would see the token, which is shown only once; no token was created. Send stdout to a file or a variable.')
   const token = generateToken()
   const created = await store.createToken({ ...wanted, digest: digestOf(token) })
   if (created === 'name-taken') throw new ConfigError(`An active token is already named ${quoted(wanted.name)}; revoke it or choose another name.`)

@@ -224,6 +224,18 @@ test('tokens list into a reader that has gone (| head -1) stops quietly, without
   assert.equal(code, 0)
 })
 
+test('a token whose stdout goes to /dev/null, given so or closed, is not made: one line, exit 1, no token', (t) => {
+  const dir = tempDir(t)
+  const env = { ...process.env, DATABASE_URL: join(dir, 'plantstore.db') }
+  assert.equal(cli(dir, ['migrate']).status, 0)
+  const devNull = spawnSync(process.execPath, [MAIN, 'tokens', 'create', '--name', 'nowhere'], { env, stdio: ['ignore', 'ignore', 'pipe'], encoding: 'utf8' })
+  assert.equal(devNull.status, 1)
+  assert.equal(devNull.stderr, 'plantstore: stdout goes to /dev/null (or was closed), where no one would see the token, which is shown only once; no token was created. Send stdout to a file or a variable.\n')
+  const closed = spawnSync('bash', ['-c', `"${process.execPath}" "${MAIN}" tokens create --name closed >&-`], { env, encoding: 'utf8' })
+  assert.equal(closed.status, 1, closed.stderr)
+  assert.equal(cli(dir, ['tokens', 'list']).stdout, '', 'no token at all')
+})
+
 test('a token that cannot be written to stdout (a full disk, a reader gone) is revoked, unseen: one line, exit 1, its name free again', async (t) => {
   const dir = tempDir(t)
   const env = { ...process.env, DATABASE_URL: join(dir, 'plantstore.db') }
