@@ -74,13 +74,15 @@ function requestIds (): () => string {
 }
 
 /**
- * What a request waiting for the answers before its own weighs, in bytes of answer: Node stops
- * reading a connection once the answers waiting for it hold more than its high-water mark (16 KiB),
- * and reads on when they are down to it, but a waiting request has written nothing yet. Counted so
- * (Node's own count, `_onPendingData`), 32 waiting requests stop the reading: without it, a client
- * that pipelines without reading the answers would have every request it sends parsed and held.
+ * How many requests of one connection may wait for the answers before theirs before Node stops
+ * reading it. Node stops reading a connection once the answers waiting for it hold its high-water
+ * mark (16 KiB on Node 20, 64 KiB from 22), and reads on when they are below it; a waiting request
+ * has written nothing yet, so each is counted as its share of that mark (Node's own count,
+ * `_onPendingData`). Without it, a client that pipelines without reading the answers would have
+ * every request it sends parsed and held. Far above what a client pipelines behind a long poll:
+ * reading stops mid-request too, and a request then left part-read gets its 408 on time.
  */
-const WAITING_WEIGHT = 512
+const MAX_WAITING = 1024
 
 /**
  * The HTTP server, which hands Fastify the requests of a connection one at a time: Node parses
@@ -104,9 +106,10 @@ function inOrder (requestTimeoutMs: number): FastifyServerFactory {
   }, (request, response) => {
     if (response.socket !== null) return handler(request, response)
     const waiting = response as ServerResponse & { _onPendingData?: (bytes: number) => void }
-    waiting._onPendingData?.(WAITING_WEIGHT)
+    const weight = Math.max(1, Math.floor(request.socket.writableHighWaterMark / MAX_WAITING))
+    waiting._onPendingData?.(weight)
     response.once('socket', () => {
-      waiting._onPendingData?.(-WAITING_WEIGHT)
+      waiting._onPendingData?.(-weight)
       handler(request, response)
     })
   }), {

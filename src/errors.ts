@@ -180,7 +180,8 @@ function send (reply: FastifyReply, failure: ApiError): FastifyReply {
   if (bodyUnread(reply.request.raw)) reply.header('connection', 'close')
   // Said as Node says it on every answer of a kept connection: its own words are dropped once a
   // Connection header was set, even if removed again.
-  else if (reply.hasHeader('connection') && reply.raw.shouldKeepAlive) {
+  // (Fastify's own close while the server stops is set on the raw answer, and stays.)
+  else if (reply.hasHeader('connection') && reply.raw.getHeader('connection') === undefined && reply.raw.shouldKeepAlive) {
     reply.header('connection', 'keep-alive').header('keep-alive', `timeout=${Math.floor(reply.server.server.keepAliveTimeout / 1000)}`)
   }
   return reply.code(failure.status).headers(failure.headers).type('application/json').send(errorBody(failure.status, failure.message))
@@ -310,19 +311,22 @@ function namesAnotherVersion (error: NodeJS.ErrnoException & { rawPacket?: Buffe
 }
 
 /**
- * A request line whose path is longer than MAX_PATH, at the start of a line: where Node refused
- * the head as too large, the path alone was past the limit, 414 as the edge check answers a
- * shorter long one. Looked for in the bytes the parser was reading, as a version is above; a
- * line that came in several of the client's writes is not found there, and stays a 431.
+ * A request line whose path is longer than MAX_PATH: where Node refused the head as too large,
+ * the path alone was past the limit, 414 as the edge check answers a shorter long one. Looked
+ * for at the start of the last head begun in the bytes the parser was reading; a line that came
+ * in several reads (over a network, most lines of 16 KiB do) is not found there, and stays 431.
  */
-const LONG_PATH = new RegExp(`^[!#$%&'*+.^_\`|~0-9A-Za-z-]+ [^ ?\\r\\n]{${MAX_PATH + 1}}`, 'm')
+const LONG_PATH = new RegExp(`^[!#$%&'*+.^_\`|~0-9A-Za-z-]+ [^ ?\\r\\n]{${MAX_PATH + 1}}`)
 
 /** What a path longer than MAX_PATH is told, by the edge check or here. */
 export const LONG_PATH_MESSAGE = `The path is longer than ${MAX_PATH} characters.`
 
 /** The failure of a head too large: 414 when its request line's path alone is too long, else 431. */
-function headTooLarge (error: NodeJS.ErrnoException & { rawPacket?: Buffer }): 'pathTooLong' | 'headersTooLarge' {
-  return LONG_PATH.test(error.rawPacket?.toString('latin1') ?? '') ? 'pathTooLong' : 'headersTooLarge'
+function headTooLarge (error: NodeJS.ErrnoException & { rawPacket?: Buffer, bytesParsed?: number }): 'pathTooLong' | 'headersTooLarge' {
+  // The head refused is the last one begun before the parser stopped: after the last blank line there.
+  const bytes = error.rawPacket?.toString('latin1', 0, error.bytesParsed) ?? ''
+  const end = bytes.lastIndexOf('\r\n\r\n')
+  return LONG_PATH.test(end === -1 ? bytes : bytes.slice(end + 4)) ? 'pathTooLong' : 'headersTooLarge'
 }
 
 /** True when the parser refused a Content-Length of decimal digits for its size alone (more than 64 bits): a body over the limit, 413. */
@@ -366,9 +370,6 @@ export function clientErrorHandler (refused: ReportRefusal): (error: NodeJS.Errn
       ? headTooLarge(error)
       : clientErrorCodes[error.code ?? ''] ?? (declaresTooLong(error) ? 'bodyTooLarge' : namesAnotherVersion(error) ? 'httpVersionNotSupported' : 'badRequest')
     const failure = clientFailure(name, error)
-    // Once refused, a connection is read no more; should Node read on (it resumes a connection
-    // whose answers drained), what it parses next is not a request either, and is not answered.
-    if (readingStopped(socket)) return
     // A reset or a closed socket is no request: nothing to answer and nothing worth a warning.
     if (error.code === 'ECONNRESET' || !socket.writable) {
       socket.destroy()
@@ -380,7 +381,7 @@ export function clientErrorHandler (refused: ReportRefusal): (error: NodeJS.Errn
       // or one answered already (refused on its head; the parser then failed on its body). The
       // answers under way go out first, whole; then, if the connection is still open for it (an
       // answer that closes it, like that refusal, ends it), this one, counted before routing.
-      stopReading(socket) // no further request is read meanwhile: this answer ends the connection
+      socket.pause() // no further request is read meanwhile: this answer ends the connection
       afterAnswersUnderWay(socket as Connection, () => {
         if (!socket.writable) return
         refused(name, { code: error.code })
@@ -395,19 +396,6 @@ export function clientErrorHandler (refused: ReportRefusal): (error: NodeJS.Errn
 
 /** A connection as Node's server keeps it: the answer it is writing now, if any (Node's own clientError handling reads it too). */
 type Connection = Socket & { _httpMessage?: ServerResponse | null }
-
-/** On a connection, that nothing more is read from it: what follows its last request may not be one. */
-const STOPPED = Symbol('plantstore.stopped')
-
-function stopReading (socket: Socket): void {
-  (socket as Socket & { [STOPPED]?: boolean })[STOPPED] = true
-  socket.pause()
-}
-
-/** True once a connection is read no more (stopReading). */
-function readingStopped (socket: Socket): boolean {
-  return (socket as Socket & { [STOPPED]?: boolean })[STOPPED] === true
-}
 
 /** Runs `then` once no answer is under way on `socket`: Node writes pipelined answers one after another, each in its turn. */
 function afterAnswersUnderWay (socket: Connection, then: () => void): void {
@@ -438,7 +426,7 @@ const LINGER_MS = 2000
  * carried out.
  */
 function answerOnSocket (socket: Socket, failure: { status: number, message: string }): void {
-  stopReading(socket)
+  socket.pause()
   const body = errorBody(failure.status, failure.message)
   socket.end(`HTTP/1.1 ${failure.status} ${STATUS_CODES[failure.status] ?? ''}\r\n` +
     `Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`)

@@ -42,7 +42,7 @@ export async function backupSqlite (source: string, destination: string): Promis
     } finally {
       store.close()
     }
-    const copy = openDatabase(partial)
+    const copy = openDatabase(partial, { fileMustExist: true }) // gone if a stop removed it meanwhile: never made anew, empty
     try {
       copy.pragma('journal_mode = DELETE') // the store's WAL flag came along with its first page
     } finally {

@@ -211,10 +211,12 @@ export function streaksOf (outcomes: AttemptOutcome[]): Streak[] {
     const own = outcomes.filter(o => o.webhookId === webhookId)
     const lastSuccess = own.map(o => o.delivered).lastIndexOf(true)
     const failed = own.slice(lastSuccess + 1)
-    const disable = failed.find(o => o.disable !== undefined)?.disable
-    // The streak's last failure is known once its attempt ended (a 410 disables from then on).
+    const disabling = failed.find(o => o.disable !== undefined)
+    const disable = disabling?.disable
+    // A failure is known once its attempt ended: a 410 disables from then on, and otherwise the
+    // streak's last one says how long it has lasted.
     const end = (o: AttemptOutcome): Date => new Date(o.attempt.at.getTime() + Math.round(o.attempt.durationMs))
-    const failures = failed.length === 0 ? undefined : { from: failed[0].attempt.at, last: end(failed[failed.length - 1]), ...(disable === undefined ? {} : { disable }) }
+    const failures = failed.length === 0 ? undefined : { from: failed[0].attempt.at, last: end(disabling ?? failed[failed.length - 1]), ...(disable === undefined ? {} : { disable }) }
     return { webhookId, succeeded: lastSuccess >= 0, ...(failures === undefined ? {} : { failures }) }
   })
 }
