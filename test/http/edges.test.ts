@@ -492,7 +492,7 @@ test('requests pipelined behind a long poll are all answered in order, one that 
   let text = ''
   socket.setEncoding('utf8').on('data', (chunk: string) => { text += chunk })
   await once(socket, 'connect')
-  const last = `GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n`
+  const last = 'GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n'
   socket.write(`GET /plants/changes?wait=4 HTTP/1.1\r\nHost: x\r\n${auth}\r\n` + 'GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n'.repeat(40) + last.slice(0, 10))
   await sleep(100)
   socket.write(last.slice(10))
