@@ -43,6 +43,26 @@ function tryIo (io: () => number): number | undefined {
   }
 }
 
+/** What the non-blocking `reader` gives until its pipe ends (10 s at most), waiting while it is empty. */
+async function readToEnd (reader: number): Promise<Buffer> {
+  const chunks: Buffer[] = []
+  const buffer = Buffer.alloc(65536)
+  const deadline = Date.now() + 10_000
+  for (let read = tryIo(() => readSync(reader, buffer)); read !== 0 && Date.now() < deadline; read = tryIo(() => readSync(reader, buffer))) {
+    if (read === undefined) await sleep(10)
+    else chunks.push(Buffer.from(buffer.subarray(0, read)))
+  }
+  return Buffer.concat(chunks)
+}
+
+/** A SQLite store at `path` holding plants 1 to `count`, named by number, tagged where `tag` (SQL of `i`) gives one. */
+function numberedStore (path: string, count: number, tag = 'NULL'): void {
+  assert.equal(run(['migrate'], path).status, 0)
+  const db = openDatabase(path)
+  db.exec(`WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ${count}) INSERT INTO plants (id, name, tag) SELECT i, 'plant number ' || i, ${tag} FROM n`)
+  db.close()
+}
+
 const byId = (a: PlantRecord, b: PlantRecord): number => a.id < b.id ? -1 : a.id > b.id ? 1 : 0
 
 const TEXTS = ['Fern', 'Kaktus 🌵', '𝔉𝔢𝔯𝔫 𝔞𝔫𝔡 🪴', 'שרך ירוק', 'سرخس أخضر', 'e\u0301te\u0301', '"quoted" and \\back\\slashes', 'tab\tline\nbreak\r', '\u2028\u2029', '\u0001\u001f\u007f', '中文名字', '\ufeffbom inside', '  spaced  ', 'ﬃ Ω≈ç √∫']
@@ -312,14 +332,7 @@ test('a reader slower than the export still gets its failure line: the export ex
   assert.match(stderr, /^plantstore: There is no store at .*none\.db\.\n$/)
 
   // Only now does the reader catch up, to the pipe's end.
-  const chunks: Buffer[] = []
-  const buffer = Buffer.alloc(65536)
-  const deadline = Date.now() + 10_000
-  for (let read = tryIo(() => readSync(reader, buffer)); read !== 0 && Date.now() < deadline; read = tryIo(() => readSync(reader, buffer))) {
-    if (read === undefined) await sleep(10)
-    else chunks.push(Buffer.from(buffer.subarray(0, read)))
-  }
-  const output = Buffer.concat(chunks)
+  const output = await readToEnd(reader)
   assert.equal(output.length - filled, EXPORT_FAILED.length + 1, 'the failure line, after the backlog')
   assert.equal(output.subarray(filled).toString(), `${EXPORT_FAILED}\n`)
   assert.equal(await exited, 1)
@@ -391,10 +404,7 @@ test('plantstore export | head -1: the export stops quietly with exit code 0 onc
 test('export holds one page at a time: 300,000 plants go out within a 32 MiB heap, which holding them would overflow', (t) => {
   const dir = tempDir(t)
   const path = join(dir, 'plantstore.db')
-  assert.equal(run(['migrate'], path).status, 0)
-  const db = openDatabase(path)
-  db.exec('WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 300000) INSERT INTO plants (id, name, tag) SELECT i, \'plant number \' || i, CASE WHEN i % 3 > 0 THEN \'tag\' || (i % 7) END FROM n')
-  db.close()
+  numberedStore(path, 300_000, "CASE WHEN i % 3 > 0 THEN 'tag' || (i % 7) END")
   // An export that gathered its pages before writing them dies here (checked: it needs over 48 MiB).
   // 32, not less: Node 24 starts with more of its heap in use (at 24 MiB it died in 2 of 6 runs).
   // The output is gathered here, in this process: the child's heap holds only what it writes.
@@ -577,10 +587,7 @@ test('postgres: an export from SQLite holding U+0000 does not go into PostgreSQL
 test('an export stopped by SIGTERM or SIGINT part way ends with the failure line, so that an import of its output fails; exit 143 or 130', async (t) => {
   const dir = tempDir(t)
   const path = join(dir, 'plantstore.db')
-  assert.equal(run(['migrate'], path).status, 0)
-  const db = openDatabase(path)
-  db.exec('WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 20000) INSERT INTO plants (id, name) SELECT i, \'plant number \' || i FROM n')
-  db.close()
+  numberedStore(path, 20_000)
   for (const [signal, code] of [['SIGTERM', 143], ['SIGINT', 130]] as const) {
     // Its output is not read until it was stopped: the pipe fills and the export waits part way.
     const fifo = join(dir, `out-${signal}`)
@@ -595,22 +602,16 @@ test('an export stopped by SIGTERM or SIGINT part way ends with the failure line
     child.stderr?.setEncoding('utf8').on('data', (chunk: string) => { stderr += chunk })
     await sleep(1000)
     child.kill(signal)
-    const chunks: Buffer[] = []
-    const buffer = Buffer.alloc(65536)
-    const deadline = Date.now() + 10_000
-    for (let read = tryIo(() => readSync(reader, buffer)); read !== 0 && Date.now() < deadline; read = tryIo(() => readSync(reader, buffer))) {
-      if (read === undefined) await sleep(10)
-      else chunks.push(Buffer.from(buffer.subarray(0, read)))
-    }
+    const output = await readToEnd(reader)
     assert.equal(await exited, code, stderr)
     assert.equal(stderr, `plantstore: stopped by ${signal}.\n`)
-    const lines = Buffer.concat(chunks).toString('utf8').split('\n')
+    const lines = output.toString('utf8').split('\n')
     assert.equal(lines.pop(), '', 'whole lines')
     assert.equal(lines.pop(), EXPORT_FAILED, 'the failure line last')
     assert.ok(lines.length < 20_000, `stopped part way (${lines.length} lines)`)
     assert.doesNotThrow(() => lines.forEach(line => parseJson(line)), 'each line above it a plant')
     const target = join(dir, `${signal}.db`)
-    const imported = run(['import'], target, Buffer.concat(chunks))
+    const imported = run(['import'], target, output)
     assert.equal(imported.status, 1, imported.stderr)
     assert.match(imported.stderr, /the export which wrote it failed there.*Nothing was imported/)
   }
