@@ -475,8 +475,10 @@ test('a client that pipelines requests without reading the answers is read at mo
     if (!drained) break
   }
   assert.ok(offered < LIMIT, `the server read all of ${LIMIT} bytes of requests it could not answer`)
+  // Answering tens of thousands of requests grows the heap too (more on Node 24); holding every
+  // request sent grew it by over a gigabyte.
   const grown = rssMiB() - before
-  assert.ok(grown < 64, `RSS grew ${grown.toFixed(1)} MiB`)
+  assert.ok(grown < 256, `RSS grew ${grown.toFixed(1)} MiB`)
   assert.equal((await call(server, 'GET', '/healthz')).status, 200, 'others are answered meanwhile')
   socket.destroy()
   const started = Date.now()
