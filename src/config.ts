@@ -77,6 +77,8 @@ const table = {
     fallback: './data/plantstore.db',
     parse: (t: string) => {
       if (t === '') throw new ConfigError('DATABASE_URL must be a postgres:// URL or a SQLite file path, not empty.')
+      // Most likely a stray space from a copy or a quote: not a name to make files by.
+      if (t.trim() !== t) throw new ConfigError('DATABASE_URL begins or ends with white space; remove it (a file whose name does is written with a directory before it: ./" name").')
       // A URL of another scheme or a mistyped one (`postgres:/`, another database) would otherwise
       // become a new SQLite file with a new first token. Only the scheme is named: the rest may
       // hold a password.

@@ -1,7 +1,7 @@
 import type { FastifyRequest } from 'fastify'
 import type { Logger } from 'pino'
 import { MAX_PATH } from './contract.js'
-import { ApiError, LONG_PATH_MESSAGE } from './errors.js'
+import { ApiError, FRAGMENT_MESSAGE, LONG_PATH_MESSAGE } from './errors.js'
 
 /** Headers that mean one thing: given twice, which one counts is a guess (RFC 9110 5.3), so neither does. */
 const SINGLE = new Map([['authorization', 'Authorization'], ['host', 'Host'], ['content-type', 'Content-Type']])
@@ -52,7 +52,7 @@ export function edgeRefusal (request: FastifyRequest, log: Logger): ApiError | u
   const query = request.url.indexOf('?')
   if ((query === -1 ? request.url.length : query) > MAX_PATH) return new ApiError('pathTooLong', LONG_PATH_MESSAGE)
   // Node's parser takes a fragment; the router would read `/plants#limit=1` as a query.
-  if (request.url.includes('#')) return new ApiError('badPath', 'The request target holds a "#": a fragment stays with the client and is not sent in HTTP (RFC 9112 3.2); write "#" in a path or query as "%23".')
+  if (request.url.includes('#')) return new ApiError('badPath', FRAGMENT_MESSAGE)
   // The query parser takes undecodable text literally; a path answers 400 for the same bytes.
   if (query !== -1 && !decodable(request.url.slice(query + 1))) return new ApiError('badQuery')
   // Node reads chunked framing; any other transfer coding (gzip, chunked) would reach the parser

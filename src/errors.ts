@@ -288,7 +288,8 @@ export function installErrorHandling (app: FastifyInstance, log: Logger, refused
  */
 export function frameworkErrorHandler (refused: ReportRefusal): (error: FastifyError, request: FastifyRequest, reply: FastifyReply) => void {
   return (error, request, reply) => {
-    const failure = toApiError(error)
+    // The router cannot read an absolute-form target with a fragment (`http://h/plants#a`): said as the edge check says it.
+    const failure = error.code === 'FST_ERR_BAD_URL' && request.raw.url?.includes('#') === true ? new ApiError('badPath', FRAGMENT_MESSAGE) : toApiError(error)
     refused(failure.failure, { reqId: request.id })
     send(reply, failure)
   }
@@ -317,6 +318,9 @@ function namesAnotherVersion (error: NodeJS.ErrnoException & { rawPacket?: Buffe
  * in several reads (over a network, most lines of 16 KiB do) is not found there, and stays 431.
  */
 const LONG_PATH = new RegExp(`^[!#$%&'*+.^_\`|~0-9A-Za-z-]+ [^ ?\\r\\n]{${MAX_PATH + 1}}`)
+
+/** What a request target with a fragment is told, by the edge check or here. */
+export const FRAGMENT_MESSAGE = 'The request target holds a "#": a fragment stays with the client and is not sent in HTTP (RFC 9112 3.2); write "#" in a path or query as "%23".'
 
 /** What a path longer than MAX_PATH is told, by the edge check or here. */
 export const LONG_PATH_MESSAGE = `The path is longer than ${MAX_PATH} characters.`

@@ -79,7 +79,7 @@ for (const store of testStores()) {
 
     test('a request target with a fragment ("#", which HTTP does not send) is 400 naming it, not a query read from after it', async (t) => {
       const server = await startServer(t, { store })
-      for (const target of ['/plants#limit=1', '/healthz#x', '/plants/1#']) {
+      for (const target of ['/plants#limit=1', '/healthz#x', '/plants/1#', 'http://x/plants#frag', 'http://x/plants?limit=1#a']) {
         const { text } = await rawExchange(server, `GET ${target} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${server.token}\r\n\r\n`, { waitMs: 1000 })
         assert.ok(isRawErrorBody(text, 400), `${target}: ${text}`)
         assert.match(text, /holds a \\?"#\\?"/, target)

@@ -30,6 +30,13 @@ test('DATABASE_URL=:memory: (SQLite\'s database in memory, which keeps nothing) 
   assert.equal(loadConfig({ DATABASE_URL: './:memory:' }).databaseUrl, './:memory:')
 })
 
+test('DATABASE_URL with white space at either end is refused in one line, whatever follows (" :memory:", " x.db")', () => {
+  for (const url of [' :memory:', ':memory: ', '\tx.db', ' x.db', 'postgres://db/plants ']) {
+    assert.throws(() => loadConfig({ DATABASE_URL: url }), (error: Error) => error instanceof ConfigError && error.message.startsWith('DATABASE_URL begins or ends with white space'), JSON.stringify(url))
+  }
+  assert.equal(loadConfig({ DATABASE_URL: './ x.db' }).databaseUrl, './ x.db')
+})
+
 test('several workers need PostgreSQL: on a SQLite file the start is refused, saying why', () => {
   assert.throws(() => loadConfig({ WORKERS: '2' }), (error: Error) => error instanceof ConfigError &&
     /^WORKERS is 2, but a SQLite store has one writer: run one process \(WORKERS=1\), or use PostgreSQL/.test(error.message))
