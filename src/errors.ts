@@ -178,9 +178,9 @@ function send (reply: FastifyReply, failure: ApiError): FastifyReply {
   // answer again if it then breaks or stalls. A body read whole and refused (not JSON, another
   // charset) leaves the connection as good as any: Fastify's close after its parsers' refusals goes.
   if (bodyUnread(reply.request.raw)) reply.header('connection', 'close')
-  // Said as Node says it on every answer of a kept connection: its own words are dropped once a
-  // Connection header was set, even if removed again.
-  // (Fastify's own close while the server stops is set on the raw answer, and stays.)
+  // Kept, it is said as Node says it on every kept connection's answer (Node drops its own words
+  // once a Connection header was set, even if removed). Fastify's close while the server stops
+  // is on the raw answer, and stays.
   else if (reply.hasHeader('connection') && reply.raw.getHeader('connection') === undefined && reply.raw.shouldKeepAlive) {
     reply.header('connection', 'keep-alive').header('keep-alive', `timeout=${Math.floor(reply.server.server.keepAliveTimeout / 1000)}`)
   }
