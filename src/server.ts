@@ -8,7 +8,7 @@ import { openStore } from './store/open.js'
 import { PostgresStore } from './store/postgres.js'
 import { ALL_SCOPES, type Store } from './store/store.js'
 import { digestOf, generateToken } from './tokens.js'
-import { endStartSignals, stopOnSignalsWhileStarting } from './start-signals.js'
+import { endStartSignals } from './start-signals.js'
 
 /** On a store without any token, creates one with every scope and returns it, once. */
 async function bootstrapToken (store: Store): Promise<string | undefined> {
@@ -51,9 +51,11 @@ function listenFailure (error: unknown, config: Config): ConfigError {
   return new ConfigError(reasons[code] ?? `Cannot listen on ${where}: ${(error as Error).message}.`)
 }
 
-/** Opens the store, listens, and closes gracefully on SIGTERM or SIGINT (exit 0). */
+/**
+ * Opens the store, listens, and closes gracefully on SIGTERM or SIGINT (exit 0). The caller holds
+ * those signals while the server starts (stopOnSignalsWhileStarting, before this module loads).
+ */
 export async function serve (config: Config): Promise<void> {
-  stopOnSignalsWhileStarting() // (main.ts did already; serve may be called without it)
   const store = await openStore(config.databaseUrl)
   await store.ping()
   // Its last lines go out at exit, whichever way the process ends.

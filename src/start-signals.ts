@@ -9,11 +9,9 @@ const stopWhileStarting = (): void => { process.exit() }
 
 const SIGNALS = ['SIGTERM', 'SIGINT'] as const
 
-/** From now until `endStartSignals`, SIGTERM and SIGINT end the start (once each, however often asked). */
+/** From now until `endStartSignals`, SIGTERM and SIGINT end the start. */
 export function stopOnSignalsWhileStarting (): void {
-  for (const signal of SIGNALS) {
-    if (!process.listeners(signal).includes(stopWhileStarting)) process.on(signal, stopWhileStarting)
-  }
+  for (const signal of SIGNALS) process.on(signal, stopWhileStarting)
 }
 
 /** The server has its own handlers now: the start's are removed. */
