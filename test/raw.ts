@@ -1,4 +1,6 @@
-import { connect } from 'node:net'
+import { once } from 'node:events'
+import { connect, type Socket } from 'node:net'
+import type { TestContext } from 'node:test'
 import type { Server } from './helpers.js'
 
 export interface RawAnswer {
@@ -51,4 +53,15 @@ export function isRawErrorBody (raw: string, status: number): boolean {
   return answer.status === status && /content-type: application\/json/.test(answer.headers) && /content-length: \d+/.test(answer.headers) &&
     answer.body !== undefined && Object.keys(answer.body).sort().join() === 'error,message' && answer.body.error === status &&
     typeof answer.body.message === 'string' && answer.body.message.length > 0
+}
+
+/** A raw connection to the server, open once this resolves and destroyed after the test, with all it has received so far as text. */
+export async function rawConnection (t: TestContext, server: Server): Promise<{ socket: Socket, received: () => string }> {
+  const { hostname, port } = new URL(server.url)
+  const socket = connect(Number(port), hostname)
+  t.after(() => socket.destroy())
+  let text = ''
+  socket.setEncoding('utf8').on('data', (chunk: string) => { text += chunk })
+  await once(socket, 'connect')
+  return { socket, received: () => text }
 }

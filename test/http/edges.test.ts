@@ -5,7 +5,7 @@ import { connect, type Socket } from 'node:net'
 import { describe, test } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { call, isErrorBody, startServer, testStores, type Server } from '../helpers.js'
-import { isRawErrorBody, parseRaw, rawExchange } from '../raw.js'
+import { isRawErrorBody, parseRaw, rawConnection, rawExchange } from '../raw.js'
 
 /** The server's warn lines (JSON on stdout) that refused a request, after a moment for the log to flush. */
 async function refusals (server: Server): Promise<Array<Record<string, unknown>>> {
@@ -233,15 +233,12 @@ for (const store of testStores()) {
     test('a routed request whose body is malformed is timed to its answer, not to the end of the lingering close after it (2 s)', async (t) => {
       const server = await startServer(t, { store })
       // A client that reads the answer and keeps its side open: the server lingers, then closes.
-      const socket = connect(Number(new URL(server.url).port), '127.0.0.1')
-      t.after(() => socket.destroy())
-      let text = ''
-      socket.setEncoding('utf8').on('data', (chunk: string) => { text += chunk })
+      const { socket, received } = await rawConnection(t, server)
       socket.write(`POST /plants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${server.token}\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n`)
       await sleep(100) // routed, its body awaited
       socket.write('5\r\n{"id":1,"name":"Fern"}\r\n0\r\n\r\n')
       await sleep(3000) // the connection's lingering close is over: its request line is written
-      assert.ok(isRawErrorBody(text, 400), text)
+      assert.ok(isRawErrorBody(received(), 400), received())
       const line = server.stdout().trim().split('\n').map(text => JSON.parse(text)).find(entry => entry.msg === 'request' && entry.route === '/plants')
       assert.equal(line?.status, 400)
       assert.ok(line.durationMs < 1000, `logged ${line.durationMs} ms`)
@@ -489,18 +486,14 @@ test('a client that pipelines requests without reading the answers is read at mo
 test('requests pipelined behind a long poll are all answered in order, one that arrives in two parts too: no 408 for a request the server stopped reading', async (t) => {
   const server = await startServer(t, { env: { REQUEST_TIMEOUT: '2' } })
   const auth = `Authorization: Bearer ${server.token}\r\n`
-  const socket = connect(Number(new URL(server.url).port), '127.0.0.1')
-  t.after(() => socket.destroy())
-  let text = ''
-  socket.setEncoding('utf8').on('data', (chunk: string) => { text += chunk })
-  await once(socket, 'connect')
+  const { socket, received } = await rawConnection(t, server)
   const last = 'GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n'
   socket.write(`GET /plants/changes?wait=4 HTTP/1.1\r\nHost: x\r\n${auth}\r\n` + 'GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n'.repeat(40) + last.slice(0, 10))
   await sleep(100)
   socket.write(last.slice(10))
-  for (const deadline = Date.now() + 10_000; (text.match(/HTTP\/1\.1 \d{3}/g) ?? []).length < 42 && Date.now() < deadline;) await sleep(50)
+  for (const deadline = Date.now() + 10_000; (received().match(/HTTP\/1\.1 \d{3}/g) ?? []).length < 42 && Date.now() < deadline;) await sleep(50)
   await sleep(200)
-  const statuses = text.match(/HTTP\/1\.1 \d{3}/g) ?? []
-  assert.deepEqual(statuses, Array(42).fill('HTTP/1.1 200'), text.slice(-300))
-  assert.match(text, /\{"status":"ready"\}$/, 'the last answer is the last request\'s')
+  const statuses = received().match(/HTTP\/1\.1 \d{3}/g) ?? []
+  assert.deepEqual(statuses, Array(42).fill('HTTP/1.1 200'), received().slice(-300))
+  assert.match(received(), /\{"status":"ready"\}$/, 'the last answer is the last request\'s')
 })

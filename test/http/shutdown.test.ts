@@ -3,13 +3,12 @@ import { spawn } from 'node:child_process'
 import { once } from 'node:events'
 import { existsSync, readdirSync, readlinkSync } from 'node:fs'
 import { join } from 'node:path'
-import { connect } from 'node:net'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { describe, test } from 'node:test'
 import pg from 'pg'
 import { accepting, alive, call, cli, holdWriteLock, ROOT, startServer, tempDir, testStores } from '../helpers.js'
 import { PG_SKIP, PG_URL, pgSchema } from '../store/postgres-helpers.js'
-import { rawExchange } from '../raw.js'
+import { rawConnection, rawExchange } from '../raw.js'
 
 for (const store of testStores()) {
   describe(store, () => {
@@ -105,11 +104,7 @@ test('SIGTERM while the server starts (its new store held by another process) en
 
 test('a failure answered while the server stops says Connection: close, as a success does then, not keep-alive', async (t) => {
   const server = await startServer(t, { env: { SHUTDOWN_TIMEOUT: '5' } })
-  const socket = connect(Number(new URL(server.url).port), '127.0.0.1')
-  t.after(() => socket.destroy())
-  let text = ''
-  socket.setEncoding('utf8').on('data', (chunk: string) => { text += chunk })
-  await once(socket, 'connect')
+  const { socket, received } = await rawConnection(t, server)
   const body = '{"id": 1, "name": "Fern"}'
   socket.write(`POST /plants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${server.token}\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body.slice(0, 5)}`)
   await sleep(200) // in flight, its body still arriving
@@ -117,8 +112,8 @@ test('a failure answered while the server stops says Connection: close, as a suc
   await sleep(200)
   socket.write(`${body.slice(5)}GET /nowhere HTTP/1.1\r\nHost: x\r\n\r\n`)
   await once(socket, 'close')
-  const answers = text.split(/(?=HTTP\/1\.1 )/)
-  assert.deepEqual(answers.map(answer => answer.slice(0, 12)), ['HTTP/1.1 200', 'HTTP/1.1 404'], text)
+  const answers = received().split(/(?=HTTP\/1\.1 )/)
+  assert.deepEqual(answers.map(answer => answer.slice(0, 12)), ['HTTP/1.1 200', 'HTTP/1.1 404'], received())
   assert.match(answers[1], /\r\nconnection: close\r\n/i)
   assert.doesNotMatch(answers[1], /keep-alive/i)
 })
