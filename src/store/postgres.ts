@@ -11,6 +11,7 @@ import { LIST_SQL, rowToPlant, TYPES, unstorable, type ListRow, type PlantRow } 
 import { LOCKS, migrate, requireStore } from './postgres-schema.js'
 import { exportPostgres, importPostgres } from './postgres-transfer.js'
 import { postgresWebhooks } from './postgres-webhooks.js'
+import { Slots } from './slots.js'
 import type { ChangesPage, Created, ImportOutcome, LogBounds, NewToken, Plant, PlantRecord, RateWindows, Scope, SharedCount, Store, TokenRecord, Conditions, VersionedPlant } from './store.js'
 
 /** How much the store takes on at once; past it, it refuses at once (503) rather than queue without end. */
@@ -30,6 +31,13 @@ export interface PostgresLimits {
  * 8): 1.5 s for the database, the rest for the request's own work on a busy machine.
  */
 export const DEFAULT_PG_LIMITS: PostgresLimits = { writesInFlight: 1024, readsPending: 1024, writeTimeoutMs: 1500, poolSize: 10 }
+
+/**
+ * Connections of the pool that writes cannot take: a write may wait on the database for its
+ * whole deadline (a COMMIT waiting for a synchronous standby that is away), and writes retried
+ * meanwhile must not leave reads without a connection.
+ */
+const KEPT_FOR_READS = 2
 
 interface TokenRow { id: bigint, name: string, digest: Buffer, scopes: string, created_at: Date, expires_at: Date | null, revoked_at: Date | null }
 
@@ -168,13 +176,15 @@ export class PostgresStore implements Store {
   private writes = 0
   private reads = 0
   private closed = false
+  /** Held by each write while it has a connection of the pool, or an autocommit statement under way. */
+  private readonly writers: Slots
 
   readonly rateWindows: RateWindows = {
-    sync: (instance, start, since, counts) => this.run('writes', async () => {
+    sync: (instance, start, since, counts) => this.run('writes', () => this.writers.hold(async () => {
       const { rows } = await this.query<{ token_id: bigint, total: bigint, instances: bigint }>(SYNC_SQL, [start, instance, [...counts.keys()], [...counts.values()], since])
       return new Map<number, SharedCount>(rows.map(row => [Number(row.token_id), { total: Number(row.total), instances: Number(row.instances) }]))
-    }),
-    forget: (before) => this.run('writes', async () => { await this.query('DELETE FROM rate_windows WHERE window_start < $1::int8', [before]) })
+    })),
+    forget: (before) => this.run('writes', () => this.writers.hold(async () => { await this.query('DELETE FROM rate_windows WHERE window_start < $1::int8', [before]) }))
   }
 
   readonly webhooks = postgresWebhooks(
@@ -200,6 +210,8 @@ export class PostgresStore implements Store {
     this.limits = limits
     this.url = url
     this.pool = newPool(url, limits)
+    this.writers = new Slots(Math.max(1, limits.poolSize - KEPT_FOR_READS), limits.writeTimeoutMs,
+      () => new StoreUnavailableError(`No connection was free for a write within ${limits.writeTimeoutMs} ms.`, 'deadline'))
   }
 
   /**
@@ -279,29 +291,32 @@ export class PostgresStore implements Store {
   }
 
   /**
-   * Runs `work` on one connection of the pool. A connection that failed is dropped from the pool
-   * rather than handed to the next caller; dropping it rolls back a transaction left open.
+   * Runs write `work` on one connection of the pool, within the writes' share of it. A connection
+   * that failed is dropped from the pool rather than handed to the next caller; dropping it rolls
+   * back a transaction left open.
    */
   private async withClient<T> (work: (client: pg.PoolClient) => Promise<T>): Promise<T> {
-    const client = await this.pool.connect()
-    let broken: Error | undefined
-    // A checked-out client has no 'error' listener of the pool's: a connection lost now would
-    // emit 'error' to no one, which ends the process. Its queries fail all the same.
-    const lost = (error: Error): void => { broken = error }
-    client.on('error', lost)
-    try {
-      return await work(client)
-    } catch (error) {
-      // After any failure that answers 503 (a lost or silent connection, a timeout, a serialization
-      // failure) the connection is dropped, which rolls back, rather than sent a ROLLBACK: on one that
-      // stopped answering, the ROLLBACK would wait out query_timeout again. Rare; the pool reconnects.
-      if (isUnavailable(error) || error instanceof StoreUnavailableError) broken ??= error as Error
-      else await client.query('ROLLBACK').catch((rollback: Error) => { broken = rollback })
-      throw error
-    } finally {
-      client.off('error', lost)
-      client.release(broken)
-    }
+    return await this.writers.hold(async () => {
+      const client = await this.pool.connect()
+      let broken: Error | undefined
+      // A checked-out client has no 'error' listener of the pool's: a connection lost now would
+      // emit 'error' to no one, which ends the process. Its queries fail all the same.
+      const lost = (error: Error): void => { broken = error }
+      client.on('error', lost)
+      try {
+        return await work(client)
+      } catch (error) {
+        // After any failure that answers 503 (a lost or silent connection, a timeout, a serialization
+        // failure) the connection is dropped, which rolls back, rather than sent a ROLLBACK: on one that
+        // stopped answering, the ROLLBACK would wait out query_timeout again. Rare; the pool reconnects.
+        if (isUnavailable(error) || error instanceof StoreUnavailableError) broken ??= error as Error
+        else await client.query('ROLLBACK').catch((rollback: Error) => { broken = rollback })
+        throw error
+      } finally {
+        client.off('error', lost)
+        client.release(broken)
+      }
+    })
   }
 
   /**
@@ -363,7 +378,7 @@ export class PostgresStore implements Store {
   }
 
   pruneChanges (before: Date, batch: number): Promise<number> {
-    return this.run('writes', () => pruneChanges(this.pool, before, batch))
+    return this.run('writes', () => this.writers.hold(() => pruneChanges(this.pool, before, batch)))
   }
 
   createToken (token: NewToken): Promise<TokenRecord | 'name-taken'> {
