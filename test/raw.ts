@@ -50,7 +50,7 @@ export function parseRaw (raw: string): { status: number, headers: string, body:
 /** Asserts-friendly check that a raw answer is the Error body with this status, as JSON, with a Content-Length. */
 export function isRawErrorBody (raw: string, status: number): boolean {
   const answer = parseRaw(raw)
-  return answer.status === status && /content-type: application\/json/.test(answer.headers) && /content-length: \d+/.test(answer.headers) &&
+  return answer.status === status && /content-type: application\/json; charset=utf-8\r?$/m.test(answer.headers) && /content-length: \d+/.test(answer.headers) &&
     answer.body !== undefined && Object.keys(answer.body).sort().join() === 'error,message' && answer.body.error === status &&
     typeof answer.body.message === 'string' && answer.body.message.length > 0
 }
