@@ -742,7 +742,7 @@ export interface components {
             };
             content?: never;
         };
-        /** @description The plant is not at a version `If-Match` accepts (with `If-Match: *`: it does not exist), or is at one `If-None-Match` names (with `If-None-Match: *`: it exists); nothing was changed. */
+        /** @description The plant is not at a version `If-Match` accepts, or is at one `If-None-Match` names (with `If-None-Match: *`: at any version); nothing was changed. A missing plant is `404`, whatever the conditions. */
         PreconditionFailed: {
             headers: {
                 [name: string]: unknown;

@@ -25,12 +25,14 @@ export interface Conditions { ifMatch?: Versions, ifNoneMatch?: Versions }
 
 /**
  * Why a write on a plant at `version` (undefined: none) does not go ahead, or undefined when it
- * does: 'precondition-failed' when If-Match does not match (with `*`: no plant) or If-None-Match
- * does (with `*`: a plant); else 'not-found' without a plant.
+ * does: 'not-found' without a plant, whatever the conditions (RFC 9110 13.2.1: they are ignored
+ * where the answer without them would not be a success, and these writes never create); else
+ * 'precondition-failed' when If-Match does not match or If-None-Match does (with `*`: always).
  */
 export function refusalOf (version: bigint | undefined, { ifMatch, ifNoneMatch }: Conditions = {}): 'not-found' | 'precondition-failed' | undefined {
+  if (version === undefined) return 'not-found'
   if (!meets(ifMatch, version) || (ifNoneMatch !== undefined && meets(ifNoneMatch, version))) return 'precondition-failed'
-  return version === undefined ? 'not-found' : undefined
+  return undefined
 }
 
 /** True when a plant at `version` (undefined: none) meets `condition` (undefined: no condition). */

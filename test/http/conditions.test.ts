@@ -93,11 +93,16 @@ for (const store of testStores()) {
         assert.equal(any.status, 200)
       })
 
-      await t.test('If-Match: * on a missing plant is 412, not 404, and creates nothing', async () => {
-        await refusedAndUnchanged(server, await call(server, 'PUT', '/plants/77', { body: { name: 'x' }, headers: { 'if-match': '*' } }), '77', {})
-        await refusedAndUnchanged(server, await call(server, 'DELETE', '/plants/77', { headers: { 'if-match': '*' } }), '77', {})
-        await refusedAndUnchanged(server, await call(server, 'PUT', '/plants/77', { body: { name: 'x' }, headers: { 'if-match': '"3"' } }), '77', {})
-        assert.equal((await call(server, 'PUT', '/plants/77', { body: { name: 'x' } })).status, 404, 'without a condition: 404 as before')
+      await t.test('a missing plant is 404 whatever the conditions (RFC 9110 13.2.1: they are ignored where the answer without them is not 2xx), and nothing is created', async () => {
+        for (const headers of [{ 'if-match': '*' }, { 'if-match': '"3"' }, { 'if-match': '"3", "4"' }, { 'if-none-match': '*' }, { 'if-none-match': '"3"' }, {}] as Array<Record<string, string>>) {
+          for (const method of ['PUT', 'DELETE']) {
+            const answer = await call(server, method, '/plants/77', { headers, ...(method === 'PUT' ? { body: { name: 'x' } } : {}) })
+            assert.equal(answer.status, 404, `${method} ${JSON.stringify(headers)}`)
+            assert.ok(isErrorBody(answer, 404))
+          }
+        }
+        assert.equal((await call(server, 'GET', '/plants/77', { headers: { 'if-match': '*' } })).status, 404, 'as GET answers')
+        assert.equal((await call(server, 'GET', '/plants/77')).status, 404, 'nothing created')
       })
 
       await t.test('If-None-Match on PUT and DELETE, If-Match on GET (RFC 9110 13.2.2): 412 with the Error body when they refuse, nothing changed', async () => {
