@@ -195,6 +195,7 @@ export function postgresWebhooks (read: <T>(work: (query: Query) => Promise<T>) 
       return claimed
     }),
     record: (outcomes) => transaction(query => record(query, outcomes)),
+    resume: async () => 0, // instances share the deliveries: a lease held may be a live one's
     outlook: () => read(async (query) => {
       // Per subscription, the earliest due from its index: never a scan of every pending delivery.
       const { rows: [row] } = await query<{ head: bigint, subscriptions: number, behind: boolean, next_due: Date | null }>(`SELECT l.head,

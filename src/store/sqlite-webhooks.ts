@@ -71,6 +71,7 @@ export function webhookWrites (db: Database.Database) {
         (SELECT count(*) FROM webhook_deliveries d WHERE d.webhook_id = w.id AND d.status = 'pending' AND d.lease_until > $now) AS leased,
         (SELECT min(d.next_at) FROM webhook_deliveries d WHERE d.webhook_id = w.id AND d.status = 'pending' AND d.next_at <= $now AND d.lease_until <= $now) AS due
       FROM webhooks w WHERE disabled_at IS NULL) WHERE due IS NOT NULL ORDER BY leased, due, id`),
+    resume: db.prepare("UPDATE webhook_deliveries SET lease_until = 0, next_at = min(next_at, $now) WHERE status = 'pending' AND lease_until > $now"),
     claim: db.prepare(`UPDATE webhook_deliveries SET next_at = $until, lease_until = $until WHERE id IN (
       SELECT id FROM webhook_deliveries WHERE webhook_id = $id AND status = 'pending' AND next_at <= $now AND lease_until <= $now ORDER BY next_at, id LIMIT $limit
     ) RETURNING ${DELIVERY_COLUMNS}`),
@@ -159,6 +160,7 @@ export function webhookWrites (db: Database.Database) {
       return claimed
     },
     webhookRecord: record,
+    webhookResume: (now: number): number => sql.resume.run({ now }).changes,
     webhookPrune: (before: number, batch: number): number => sql.prune.run(before, batch).changes
   }
 }
@@ -222,6 +224,7 @@ export function sqliteWebhooks (write: <T>(op: keyof ReturnType<typeof webhookWr
     enqueue: (now, batch) => write('webhookEnqueue', now.getTime(), batch),
     claim: (now, until, limits, settled = []) => write('webhookClaim', now.getTime(), until.getTime(), limits, settled),
     record: (outcomes) => write('webhookRecord', outcomes),
+    resume: (now) => write('webhookResume', now.getTime()),
     outlook: () => read(reads => reads.outlook()),
     backlog: (now) => read(reads => reads.backlog(now.getTime())),
     prune: (before, batch) => write('webhookPrune', before.getTime(), batch)

@@ -106,6 +106,14 @@ export interface WebhookStore {
    */
   claim (now: Date, until: Date, limits: { total: number, perSubscription: number }, settled?: AttemptOutcome[]): Promise<ClaimedDelivery[]>
   /**
+   * Run once by a starting process's dispatcher, before its first claim. A store that one process
+   * serves (SQLite) ends every lease still held, each left by a process that died holding it, and
+   * makes those deliveries due at `now`: held, they would keep their places (perSubscription)
+   * from the deliveries due. A shared store (PostgreSQL) keeps them: they may be a live instance's;
+   * a dead one's run out by themselves. Answers how many leases it ended.
+   */
+  resume (now: Date): Promise<number>
+  /**
    * Stores the attempts' outcomes and ends their leases, in one transaction. An outcome whose
    * lease no longer holds (recorded already, or ended and taken by another sender) is passed
    * over. Five days of failures, or a 410, disable a subscription; the changes logged up to then

@@ -59,6 +59,8 @@ export class Dispatcher {
   private capped = false
   /** Poked since the last pass began: the next does not wait. */
   private poked = false
+  /** The store has ended the leases an earlier process left (WebhookStore.resume): done before the first claim. */
+  private resumed = false
 
   constructor (private readonly options: DispatcherOptions) {
     this.now = options.now ?? (() => new Date())
@@ -125,6 +127,10 @@ export class Dispatcher {
   private async pass (): Promise<Outlook> {
     const { store } = this.options
     this.poked = false
+    if (!this.resumed) {
+      await store.resume(this.now())
+      this.resumed = true
+    }
     const outlook = await store.outlook()
     let due = outlook.nextDue !== undefined && outlook.nextDue <= this.now()
     if (outlook.behind) due = await store.enqueue(this.now(), ENQUEUE_BATCH) > 0 || due

@@ -127,6 +127,34 @@ for (const kind of testStores()) {
       })
     }
 
+    if (kind === 'sqlite') {
+      test('deliveries a SIGKILLed server held leases on, and those due behind them, are attempted at once on the next start, not once the leases run out: only one process serves SQLite, so every lease held at a start was left by a dead one', async (t) => {
+        const database = await freshDatabase(t, kind)
+        const receiver = await startReceiver(t)
+        receiver.answer = () => {} // takes the request and never answers: each attempt waits (15 s, a lease of 20)
+        const server = await startServer(t, { ...database, env: PRIVATE })
+        await subscribe(server, `${receiver.url}/hook`)
+        const places = 16 // a subscription's attempts at once: a quarter of WEBHOOKS_MAX_IN_FLIGHT (64)
+        const plants = places + 4
+        for (let id = 1; id <= plants; id++) assert.equal((await call(server, 'POST', '/plants', { body: { id, name: `plant ${id}` } })).status, 200)
+        await receiver.waitFor(places, 5000)
+        await sleep(300)
+        assert.equal(receiver.received.length, places, 'the rest wait behind the leased')
+        server.process.kill('SIGKILL')
+        await server.exited
+
+        const delivered = new Set<string>()
+        receiver.answer = (request, response) => {
+          delivered.add(String(request.headers['webhook-id']))
+          response.writeHead(204).end()
+        }
+        await startServer(t, { ...database, token: server.token, env: PRIVATE })
+        const started = Date.now()
+        await deliveredAll(receiver.received, delivered, plants, 15_000)
+        assert.ok(Date.now() - started < 3000, `all delivered ${Date.now() - started} ms after the start`)
+      })
+    }
+
     test('a write refused (503, 409) or repeated delivers nothing', async (t) => {
       const server = await startServer(t, { store: kind, env: PRIVATE })
       const receiver = await startReceiver(t)
