@@ -1,7 +1,6 @@
 import { isUtf8 } from 'node:buffer'
 import { randomBytes } from 'node:crypto'
-import { createServer, type ServerResponse } from 'node:http'
-import Fastify, { type FastifyInstance, type FastifyServerFactory, type onSendHookHandler } from 'fastify'
+import Fastify, { type FastifyInstance, type onSendHookHandler } from 'fastify'
 import pino, { type Logger } from 'pino'
 import { installAuth } from './auth.js'
 import { Feed } from './changes/feed.js'
@@ -10,6 +9,7 @@ import { BODY_LIMIT, validatorCompiler } from './contract.js'
 import { corsFor } from './cors.js'
 import { edgeRefusal } from './edge.js'
 import { ApiError, clientErrorHandler, frameworkErrorHandler, installErrorHandling, refusalReport, unroutedRefusal } from './errors.js'
+import { httpServer } from './http-server.js'
 import { JsonError, parseJson } from './json.js'
 import { refusalCounter, requestRecorder, shedCounter } from './metrics/http.js'
 import { createMetrics, type Metrics } from './metrics/metrics.js'
@@ -24,9 +24,6 @@ import type { Store } from './store/store.js'
 import { Dispatcher } from './webhooks/dispatcher.js'
 import { requestsHaveProcess } from './webhooks/load.js'
 import { Sender } from './webhooks/sender.js'
-
-/** How long an idle keep-alive connection stays open: above the 60 s idle timeout of common load balancers. */
-export const KEEP_ALIVE_TIMEOUT_MS = 72_000
 
 export interface AppOptions {
   config: Pick<Config, 'logLevel' | 'rateLimitPerMinute' | 'requestTimeout'> & Partial<Pick<Config, 'corsOrigins' | 'changesMaxReaders' | 'shutdownTimeout' | 'webhooksAllowPrivate' | 'webhooksMaxInFlight' | 'webhooksTimeout'>>
@@ -50,9 +47,6 @@ export function workMayRunMs (deadlineMs: number): number {
   return Math.max(deadlineMs - 1000, deadlineMs / 2)
 }
 
-/** How often Node looks for requests that are late in arriving: the 408 leaves this long after the limit at most. */
-const ARRIVAL_CHECK_MS = 100
-
 /** True unless the content type names a charset other than UTF-8 (JSON is UTF-8, RFC 8259), once or among several. */
 function isUtf8Charset (contentType: string | undefined): boolean {
   if (contentType === undefined || !contentType.includes(';')) return true
@@ -71,58 +65,6 @@ function requestIds (): () => string {
   const tag = randomBytes(8).toString('hex')
   let count = 0
   return () => `${tag}-${(++count).toString(36)}`
-}
-
-/**
- * How many requests of one connection may wait for the answers before theirs before Node stops
- * reading it. Node stops reading a connection once the answers waiting for it hold its high-water
- * mark (16 KiB on Node 20, 64 KiB from 22), and reads on when they are below it; a waiting request
- * has written nothing yet, so each is counted as its share of that mark (Node's own count,
- * `_onPendingData`). Without it, a client that pipelines without reading the answers would have
- * every request it sends parsed and held. Far above what a client pipelines behind a long poll:
- * reading stops mid-request too, and a request then left part-read gets its 408 on time.
- */
-const MAX_WAITING = 1024
-
-/**
- * The HTTP server, which hands Fastify the requests of a connection one at a time: Node parses
- * pipelined requests as they arrive and would start them all at once, so that a DELETE sent after
- * a POST on one connection could run before the POST's commit (RFC 9112 9.3.2 allows that for safe
- * methods only). A request whose connection is still busy with the answer before it starts once
- * that answer is done, when Node hands its own answer the connection.
- *
- * A request's headers and body may take `requestTimeoutMs` to arrive; one still arriving then is
- * answered 408 (clientErrorHandler) and its connection closed, at Node's next look for late
- * requests: never before the limit, and at most ARRIVAL_CHECK_MS after it.
- */
-function inOrder (requestTimeoutMs: number): FastifyServerFactory {
-  return (handler) => Object.assign(createServer({
-    requestTimeout: requestTimeoutMs,
-    headersTimeout: requestTimeoutMs,
-    keepAliveTimeout: KEEP_ALIVE_TIMEOUT_MS,
-    connectionsCheckingInterval: ARRIVAL_CHECK_MS,
-    // Node would answer a request without Host with an empty 400; the edge check answers it.
-    requireHostHeader: false
-  }, (request, response) => {
-    if (response.socket !== null) return handler(request, response)
-    const waiting = response as ServerResponse & { _onPendingData?: (bytes: number) => void }
-    const weight = Math.max(1, Math.floor(request.socket.writableHighWaterMark / MAX_WAITING))
-    waiting._onPendingData?.(weight)
-    response.once('socket', () => {
-      waiting._onPendingData?.(-weight)
-      handler(request, response)
-    })
-  }), {
-    // Every header line is read, however many: Node would drop those past its count (1,000),
-    // and the checks would not see them (a second Authorization, an Expect). The size limit
-    // (16 KiB, then 431) bounds them.
-    maxHeadersCount: 0,
-    // A connection whose answer moves no byte for this long (a client that stops reading it) is
-    // closed, so that it holds the answer's memory no longer. Longer than a long poll's 60 s,
-    // which writes nothing until it answers (a stream writes a comment every 10 s), and than a
-    // request may take to arrive, so that a late one still gets its 408 first.
-    timeout: Math.max(KEEP_ALIVE_TIMEOUT_MS, requestTimeoutMs + 2 * ARRIVAL_CHECK_MS)
-  })
 }
 
 /** True when a Content-Encoding header names no coding but `identity`: absent, empty, or a list of `identity` (RFC 9110 8.4). */
@@ -149,7 +91,7 @@ export async function buildApp ({ config, store: bareStore, log = pino({ level: 
     logger: false,
     genReqId: requestIds(),
     bodyLimit: BODY_LIMIT,
-    serverFactory: inOrder(config.requestTimeout * 1000),
+    serverFactory: httpServer(config.requestTimeout * 1000),
     clientErrorHandler: clientErrorHandler(refused),
     // A path that cannot be routed is answered before any hook runs: its CORS headers are added here.
     frameworkErrors: cors === undefined

@@ -483,6 +483,32 @@ test('a client that pipelines requests without reading the answers is read at mo
   assert.ok(Date.now() - started < 1000, `answered ${Date.now() - started} ms after the client left`)
 })
 
+test('many clients that pipeline without reading hold no more memory together than a few thousand requests: past that, a connection with more than a few waiting is closed, and others are answered', async (t) => {
+  const server = await startServer(t)
+  const rssMiB = (): number => Number(/VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${server.process.pid!}/status`, 'utf8'))![1]) / 1024
+  const before = rssMiB()
+  const { port } = new URL(server.url)
+  // Each read of these is thousands of requests, all parsed before Node can stop reading: about 3 MB held a connection.
+  const chunk = Buffer.from('GET /openapi.json HTTP/1.1\r\nHost: x\r\n\r\n'.repeat(2000))
+  let closed = 0
+  const sockets = Array.from({ length: 150 }, () => {
+    const socket = connect(Number(port), '127.0.0.1').on('error', () => {}).on('close', () => { closed++ })
+    socket.pause() // never reads an answer
+    socket.once('connect', () => { for (let i = 0; i < 4; i++) socket.write(chunk) })
+    return socket
+  })
+  t.after(() => { for (const socket of sockets) socket.destroy() })
+  await sleep(4000)
+  assert.equal((await call(server, 'GET', '/healthz')).status, 200, 'others are answered meanwhile')
+  const grown = rssMiB() - before
+  // Held until their clients left, they grew it by over 400 MiB (and 1,600 such clients ran the heap out).
+  assert.ok(grown < 200, `RSS grew ${grown.toFixed(1)} MiB`)
+  // A paused socket learns of its close once it reads.
+  for (const socket of sockets) socket.resume()
+  for (const deadline = Date.now() + 5000; closed === 0 && Date.now() < deadline;) await sleep(50)
+  assert.ok(closed > 0, 'connections past the bound were closed')
+})
+
 test('requests pipelined behind a long poll are all answered in order, one that arrives in two parts too: no 408 for a request the server stopped reading', async (t) => {
   const server = await startServer(t, { env: { REQUEST_TIMEOUT: '2' } })
   const auth = `Authorization: Bearer ${server.token}\r\n`

@@ -2,7 +2,8 @@
 // test (the black-box tests check the Keep-Alive header that announces one, and the 408s).
 import assert from 'node:assert/strict'
 import { test } from 'node:test'
-import { buildApp, KEEP_ALIVE_TIMEOUT_MS } from '../../src/app.js'
+import { buildApp } from '../../src/app.js'
+import { KEEP_ALIVE_TIMEOUT_MS } from '../../src/http-server.js'
 import type { Store } from '../../src/store/store.js'
 
 async function serverWith (requestTimeout: number): Promise<{ keepAliveTimeout: number, timeout: number, requestTimeout: number, close: () => Promise<void> }> {

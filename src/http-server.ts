@@ -1,0 +1,95 @@
+// The service's node:http server: its timeouts, and the order and bounds of pipelined requests.
+import { createServer, type ServerResponse } from 'node:http'
+import type { Socket } from 'node:net'
+import type { FastifyServerFactory } from 'fastify'
+
+/** How long an idle keep-alive connection stays open: above the 60 s idle timeout of common load balancers. */
+export const KEEP_ALIVE_TIMEOUT_MS = 72_000
+
+/** How often Node looks for requests that are late in arriving: the 408 leaves this long after the limit at most. */
+const ARRIVAL_CHECK_MS = 100
+
+/**
+ * How many requests of one connection may wait for the answers before theirs before Node stops
+ * reading it. Node stops reading a connection once the answers waiting for it hold its high-water
+ * mark (16 KiB on Node 20, 64 KiB from 22), and reads on when they are below it; a waiting request
+ * has written nothing yet, so each is counted as its share of that mark (Node's own count,
+ * `_onPendingData`). Without it, a client that pipelines without reading the answers would have
+ * every request it sends parsed and held. Far above what a client pipelines behind a long poll:
+ * reading stops mid-request too, and a request then left part-read gets its 408 on time.
+ */
+const MAX_WAITING = 1024
+
+/**
+ * Requests waiting so in all connections together, past which a connection with MAX_WAITING_PRESSED
+ * waiting already that sends one more is closed. Node reads a connection in pieces of up to 64 KiB
+ * and parses each whole before it can stop, so that one read of small requests is a few
+ * thousand held (about 3 MB): connections that pipeline without reading, each stopped after its
+ * read, would hold that much each, however many they are. Its waiting requests have not begun:
+ * closing the connection drops them, and its client sends them again (RFC 9112 9.3.1).
+ */
+const MAX_WAITING_IN_ALL = 8192
+const MAX_WAITING_PRESSED = 8
+
+/** Its requests waiting for the answers before theirs. */
+const WAITING = Symbol('plantstore.waiting')
+type Connection = Socket & { [WAITING]?: number }
+
+/**
+ * The HTTP server, which hands Fastify the requests of a connection one at a time: Node parses
+ * pipelined requests as they arrive and would start them all at once, so that a DELETE sent after
+ * a POST on one connection could run before the POST's commit (RFC 9112 9.3.2 allows that for safe
+ * methods only). A request whose connection is still busy with the answer before it starts once
+ * that answer is done, when Node hands its own answer the connection.
+ *
+ * A request's headers and body may take `requestTimeoutMs` to arrive; one still arriving then is
+ * answered 408 (clientErrorHandler) and its connection closed, at Node's next look for late
+ * requests: never before the limit, and at most ARRIVAL_CHECK_MS after it.
+ */
+export function httpServer (requestTimeoutMs: number): FastifyServerFactory {
+  let waitingInAll = 0
+  return (handler) => Object.assign(createServer({
+    requestTimeout: requestTimeoutMs,
+    headersTimeout: requestTimeoutMs,
+    keepAliveTimeout: KEEP_ALIVE_TIMEOUT_MS,
+    connectionsCheckingInterval: ARRIVAL_CHECK_MS,
+    // Node would answer a request without Host with an empty 400; the edge check answers it.
+    requireHostHeader: false
+  }, (request, response) => {
+    if (response.socket !== null) return handler(request, response)
+    const connection: Connection = request.socket
+    // Closed below while the rest of its read is parsed: those requests go with it.
+    if (connection.destroyed) return
+    const waitingHere = connection[WAITING] ?? 0
+    if (waitingInAll >= MAX_WAITING_IN_ALL && waitingHere >= MAX_WAITING_PRESSED) return connection.destroy()
+    connection[WAITING] = waitingHere + 1
+    waitingInAll++
+    const waiting = response as ServerResponse & { _onPendingData?: (bytes: number) => void }
+    const weight = Math.max(1, Math.floor(connection.writableHighWaterMark / MAX_WAITING))
+    waiting._onPendingData?.(weight)
+    // Counted until its turn comes, or until its connection closes first (then it never comes).
+    let counted = true
+    const uncount = (): void => {
+      if (!counted) return
+      counted = false
+      waitingInAll--
+      connection[WAITING]!--
+    }
+    request.once('close', uncount)
+    response.once('socket', () => {
+      uncount()
+      waiting._onPendingData?.(-weight)
+      handler(request, response)
+    })
+  }), {
+    // Every header line is read, however many: Node would drop those past its count (1,000),
+    // and the checks would not see them (a second Authorization, an Expect). The size limit
+    // (16 KiB, then 431) bounds them.
+    maxHeadersCount: 0,
+    // A connection whose answer moves no byte for this long (a client that stops reading it) is
+    // closed, so that it holds the answer's memory no longer. Longer than a long poll's 60 s,
+    // which writes nothing until it answers (a stream writes a comment every 10 s), and than a
+    // request may take to arrive, so that a late one still gets its 408 first.
+    timeout: Math.max(KEEP_ALIVE_TIMEOUT_MS, requestTimeoutMs + 2 * ARRIVAL_CHECK_MS)
+  })
+}
