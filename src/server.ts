@@ -63,6 +63,7 @@ export async function serve (config: Config): Promise<void> {
   if (store instanceof PostgresStore) {
     store.onSearch = (event) => {
       if ('lost' in event) log.warn({ host: event.lost }, 'database: host lost or no longer taking writes; looking for the one to write to (503 meanwhile)')
+      else if ('slow' in event) log.warn({ host: event.slow }, 'database: a statement got no answer in time; looking for the host to write to (served meanwhile)')
       else log.info({ host: event.found, ms: event.ms }, 'database: writing to this host')
     }
   }

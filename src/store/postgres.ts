@@ -168,10 +168,12 @@ export class PostgresStore implements Store {
   /** The pool on the host written to now, and that host's URL. */
   private pool: pg.Pool
   private url: string
-  /** A search for the host to write to, under way: operations are answered 503 meanwhile. */
+  /** A search for the host to write to, under way. */
   private searching?: Promise<void>
+  /** Operations are answered 503 at once while the search runs: the host was lost, not only slow to answer (search). */
+  private refusing = false
   /** Told when a search starts (the host lost) and when it ends (the host now written to, and how long it took): the server logs both. */
-  onSearch?: (event: { lost: string } | { found: string, ms: number }) => void
+  onSearch?: (event: { lost: string } | { slow: string } | { found: string, ms: number }) => void
   private readonly limits: PostgresLimits
   private writes = 0
   private reads = 0
@@ -201,7 +203,7 @@ export class PostgresStore implements Store {
     try {
       return await this.withClient(client => createMany(client, plants))
     } catch (error) {
-      if (isHostLost(error)) this.search(pool)
+      this.lost(pool, error)
       throw error
     }
   })
@@ -244,7 +246,7 @@ export class PostgresStore implements Store {
    * nature: migrations, exports, imports. The caller ends it.
    */
   private async connectAlone (): Promise<pg.Client> {
-    if (this.searching !== undefined) throw searchingError()
+    if (this.refusing) throw searchingError()
     // Keepalive probes find a peer that vanished without a reset: these statements have no timeout.
     const client = new pg.Client(connectionConfig(this.url, this.limits))
     client.on('error', () => {}) // a query under way fails by itself; the error event alone would end the process
@@ -266,7 +268,7 @@ export class PostgresStore implements Store {
    */
   private run<T> (kind: 'writes' | 'reads', work: (answered: () => boolean) => Promise<T>): Promise<T> {
     if (this.closed) return Promise.reject(new StoreUnavailableError('The store is closed.'))
-    if (this.searching !== undefined) return Promise.reject(searchingError())
+    if (this.refusing) return Promise.reject(searchingError())
     const cap = kind === 'writes' ? this.limits.writesInFlight : this.limits.readsPending
     if (this[kind] >= cap) return Promise.reject(new StoreUnavailableError(`${cap} ${kind} are in flight, as many as the store takes on.`, 'capacity'))
     this[kind]++
@@ -280,7 +282,7 @@ export class PostgresStore implements Store {
       }, this.limits.writeTimeoutMs)
       done.then(value => { clearTimeout(timer); resolve(value) }, error => {
         clearTimeout(timer)
-        if (isHostLost(error)) this.search(pool)
+        this.lost(pool, error)
         reject(failureOf(error))
       })
     })
@@ -457,17 +459,29 @@ export class PostgresStore implements Store {
   }
 
   /**
+   * After a failure on `pool`: the host lost starts a search. A statement that got no answer in
+   * time (query_timeout) may be the host gone silent, or only slow (a COMMIT waiting for a
+   * synchronous standby that is away): its search serves operations meanwhile.
+   */
+  private lost (pool: pg.Pool, error: unknown): void {
+    if (isHostLost(error)) this.search(pool, !isQueryTimeout(error))
+  }
+
+  /**
    * Looks for the host to write to, once at a time, round after round of DATABASE_URL's hosts
    * until one answers (or the store closes), and moves there with a new pool; the old pool's
-   * connections go. Operations are answered 503 meanwhile (run). Only a failure on the pool in
-   * use starts a search: those of the old pool's calls, ending after the move, are its past.
+   * connections go. When the host is `certainly` lost, operations are answered 503 meanwhile
+   * (run); otherwise they go on where they are. Only a failure on the pool in use starts a
+   * search: those of the old pool's calls, ending after the move, are its past.
    */
-  private search (failed: pg.Pool): void {
+  private search (failed: pg.Pool, certainly = true): void {
     // One host taken as it is (`any`): nothing to choose; the pool drops the failed connection and opens others, as ever.
     if (this.hosts.urls.length === 1 && this.hosts.target === 'any') return
-    if (this.searching !== undefined || this.closed || failed !== this.pool) return
+    if (this.closed || failed !== this.pool) return
+    if (certainly) this.refusing = true
+    if (this.searching !== undefined) return
     const started = Date.now()
-    this.tell({ lost: hostOf(this.url) })
+    this.tell(certainly ? { lost: hostOf(this.url) } : { slow: hostOf(this.url) })
     this.searching = (async () => {
       while (!this.closed) {
         try {
@@ -484,7 +498,10 @@ export class PostgresStore implements Store {
           await new Promise(resolve => setTimeout(resolve, SEARCH_PAUSE_MS))
         }
       }
-    })().finally(() => { this.searching = undefined })
+    })().finally(() => {
+      this.searching = undefined
+      this.refusing = false
+    })
   }
 
   /** Tells onSearch, whose failures are not the store's. */

@@ -9,6 +9,7 @@ import { StoreUnavailableError } from '../../src/errors.js'
 import { PostgresStore } from '../../src/store/postgres.js'
 import { call, isErrorBody, startServer, type Answer, type Server } from '../helpers.js'
 import { CLUSTER_SKIP, primaryAlone, waitFor } from '../pg-cluster.js'
+import { startTcpProxy } from '../tcp-proxy.js'
 import { PG_SKIP, PG_URL, pgSchema } from '../store/postgres-helpers.js'
 
 /** The simple-protocol message node-postgres sends for COMMIT: 'Q', its length, the text, a NUL. */
@@ -148,4 +149,27 @@ test('PostgreSQL: writes given up on while their COMMIT waits for an absent sync
   assert.ok(outcomes.every(outcome => outcome.status === 'rejected' && outcome.reason instanceof StoreUnavailableError), 'each answered 503 at its deadline')
   await waitFor(async () => await waiting() === 0, 'no session is left waiting for the standby', 10_000)
   assert.deepEqual(await store.get(1n), { plant: { id: 1n, name: 'Fern' }, version: 1n }, 'reads are served')
+})
+
+test('PostgreSQL, several hosts: a COMMIT that gets no answer in time, waiting for an absent synchronous standby, starts a look for the host to write to, and operations are served while it runs (the host is slow, not lost)', { skip: CLUSTER_SKIP ?? false }, async (t) => {
+  const primary = await primaryAlone(t)
+  // Listed first, a host that takes connections and never answers: each look spends the deadline on it.
+  const silent = await startTcpProxy(t, { host: '127.0.0.1', port: primary.port })
+  silent.blackhole()
+  const store = await PostgresStore.open(`postgres://postgres@127.0.0.1:${silent.port},127.0.0.1:${primary.port}/postgres?target_session_attrs=primary`)
+  t.after(() => store.close())
+  const searches: string[] = []
+  store.onSearch = event => searches.push(Object.keys(event)[0])
+  await store.create({ id: 1n, name: 'Fern' })
+  await primary.query("ALTER SYSTEM SET synchronous_standby_names = 'nobody'")
+  await primary.query('SELECT pg_reload_conf()')
+  await waitFor(async () => (await primary.query('SHOW synchronous_standby_names')).rows[0].synchronous_standby_names === 'nobody', 'the setting applies')
+
+  const removing = assert.rejects(store.remove(2n), StoreUnavailableError)
+  await waitFor(async () => searches.length > 0, 'a look for the host, once the COMMIT outlives query_timeout', 10_000)
+  assert.deepEqual(await store.get(1n), { plant: { id: 1n, name: 'Fern' }, version: 1n }, 'a read is served while the look runs')
+  assert.deepEqual(searches, ['slow'], 'told as slow, not lost; the look still runs')
+  await removing
+  await waitFor(async () => searches.length === 2, 'the look ends', 10_000)
+  assert.deepEqual(searches, ['slow', 'found'])
 })

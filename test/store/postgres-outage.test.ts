@@ -65,7 +65,7 @@ if (PG_URL === undefined) {
     const store = await PostgresStore.open(`${url.replace(target.host, `127.0.0.1:${first.port},127.0.0.1:${second.port}`)}&target_session_attrs=read-write`)
     t.after(() => store.close())
     const searches: string[] = []
-    store.onSearch = event => searches.push('lost' in event ? `lost ${event.lost}` : `found ${event.found}`)
+    store.onSearch = event => searches.push('lost' in event ? `lost ${event.lost}` : 'slow' in event ? `slow ${event.slow}` : `found ${event.found}`)
     const direct = new pg.Client({ connectionString: url })
     await direct.connect()
     t.after(() => direct.end())
