@@ -1,6 +1,7 @@
 import { fstatSync, statSync, writeSync } from 'node:fs'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { ConfigError } from '../config.js'
+import { StoreUnavailableError } from '../errors.js'
 import { DEFAULT_SCOPES, type NewToken, type Scope, type Store, type TokenRecord } from '../store/store.js'
 import { digestOf, generateToken, isScope, isTokenName, parseDuration, TEN_YEARS_MS, TOKEN_CACHE_MS } from '../tokens.js'
 import { parseCommand, quoted, type Parsed } from './args.js'
@@ -69,7 +70,11 @@ function discards (fd: number): boolean {
 async function create (store: Store, wanted: Omit<NewToken, 'digest'>): Promise<void> {
   if (discards(1)) throw new ConfigError('stdout goes to /dev/null (or was closed), where no one would see the token, which is shown only once; no token was created. Send stdout to a file or a variable.')
   const token = generateToken()
-  const created = await store.createToken({ ...wanted, digest: digestOf(token) })
+  const digest = digestOf(token)
+  const created = await store.createToken({ ...wanted, digest }).catch(async (error: unknown) => {
+    if (!(error instanceof StoreUnavailableError)) throw error
+    throw new ConfigError(await unconfirmed(store, digest, wanted.name, error))
+  })
   if (created === 'name-taken') throw new ConfigError(`An active token is already named ${quoted(wanted.name)}; revoke it or choose another name.`)
   try {
     // Alone on stdout, so that TOKEN=$(plantstore tokens create …) works; written here, so that a
@@ -89,6 +94,22 @@ async function create (store: Store, wanted: Omit<NewToken, 'digest'>): Promise<
   process.stderr.write(`Created token ${created.id} "${created.name}" (${created.scopes.join(', ')}). It is shown only this once.\n`)
 }
 
+/**
+ * What to say of a create the store did not confirm (its deadline passed, its COMMIT's outcome
+ * unknown): the token may have been made, and no one has seen it, so it must not stay active.
+ */
+async function unconfirmed (store: Store, digest: Buffer, name: string, error: StoreUnavailableError): Promise<string> {
+  const why = `The store did not confirm the token in time (${error.message})`
+  try {
+    const found = await store.findToken(digest)
+    if (found !== undefined) {
+      await store.revokeToken(String(found.record.id))
+      return `${why}; it was made, and token ${found.record.id} is now revoked, unseen. Create it again.`
+    }
+  } catch {}
+  return `${why}: it may have been made, unseen. If \`plantstore tokens list\` shows ${quoted(name)} active, revoke it.`
+}
+
 /** One line a token on stdout; none at all says so on stderr, so that the stdout of a script stays empty. */
 async function list (store: Store): Promise<void> {
   const tokens = await store.listTokens()
@@ -98,7 +119,10 @@ async function list (store: Store): Promise<void> {
 
 async function revoke (store: Store, nameOrId: string): Promise<void> {
   const asked = Date.now()
-  const revoked = await store.revokeToken(nameOrId)
+  const revoked = await store.revokeToken(nameOrId).catch((error: unknown) => {
+    if (!(error instanceof StoreUnavailableError)) throw error
+    throw new ConfigError(`The store did not confirm the revocation in time (${error.message}): it may have been made; \`plantstore tokens list\` shows whether ${quoted(nameOrId)} is revoked.`)
+  })
   if (revoked === undefined) throw new ConfigError(`No active token is named ${quoted(nameOrId)} and none has that id.`)
   // By id, a revoked token is found as it is: its revocation kept, from before this command.
   const earlier = revoked.revokedAt !== undefined && revoked.revokedAt.getTime() < asked ? revoked.revokedAt : undefined

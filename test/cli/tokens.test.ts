@@ -5,6 +5,7 @@ import { closeSync, existsSync, openSync, readdirSync, readFileSync, rmSync, sta
 import { join } from 'node:path'
 import { describe, test } from 'node:test'
 import { cli, freshDatabase, MAIN, tempDir, testStores } from '../helpers.js'
+import { CLUSTER_SKIP, primaryAlone } from '../pg-cluster.js'
 import { withStore } from '../stored.js'
 import { openDatabase } from '../../src/store/sqlite-driver.js'
 
@@ -268,4 +269,25 @@ test('a token that cannot be written to stdout (a full disk, a reader gone) is r
     assert.match(result.stderr, ONE_LINE, args.join(' '))
     assert.match(result.stderr, /no space left on device/, args.join(' '))
   }
+})
+
+test('PostgreSQL, a synchronous standby away: a token create or revoke the store does not confirm in time says so (made or not, unseen), never that nothing happened', { skip: CLUSTER_SKIP ?? false }, async (t) => {
+  const primary = await primaryAlone(t)
+  const database = { databaseUrl: primary.url }
+  assert.equal(cli(database, ['tokens', 'create', '--name', 'before']).status, 0)
+  await primary.query("ALTER SYSTEM SET synchronous_standby_names = 'nobody'")
+  await primary.query('SELECT pg_reload_conf()')
+
+  const created = cli(database, ['tokens', 'create', '--name', 'during'])
+  assert.equal(created.status, 1)
+  assert.equal(created.stdout, '', 'no token shown')
+  assert.match(created.stderr, /^plantstore: The store did not confirm the token in time \(.*\): it may have been made, unseen\. If `plantstore tokens list` shows "during" active, revoke it\.\n$/)
+  const revoked = cli(database, ['tokens', 'revoke', 'before'])
+  assert.equal(revoked.status, 1)
+  assert.match(revoked.stderr, /^plantstore: The store did not confirm the revocation in time \(.*\): it may have been made; `plantstore tokens list` shows whether "before" is revoked\.\n$/)
+
+  await primary.query("ALTER SYSTEM SET synchronous_standby_names = ''")
+  await primary.query('SELECT pg_reload_conf()')
+  // PostgreSQL committed both locally: what the messages said may have happened, did.
+  assert.match(cli(database, ['tokens', 'list']).stdout, /^1\tbefore\t.*\trevoked .*\n2\tduring\t.*\tactive/s)
 })
