@@ -4,8 +4,8 @@ import { ConfigError } from '../config.js'
 import { openDatabase } from './sqlite-driver.js'
 import { holdsStore } from './sqlite-schema.js'
 
-/** Pages a backup step may copy: all of them, so the copy is one snapshot and never restarts. */
-const ALL_PAGES = 0x7fffffff
+/** Pages a backup step copies (4 MiB of 4 KiB pages): between two, the command sees a signal to stop. */
+const STEP_PAGES = 1024
 
 function fsyncPath (path: string): void {
   const fd = openSync(path, 'r')
@@ -38,7 +38,12 @@ export async function backupSqlite (source: string, destination: string): Promis
     const store = openDatabase(source, { readonly: true, fileMustExist: true })
     try {
       store.pragma('busy_timeout = 5000')
-      await store.backup(partial, { progress: () => ALL_PAGES })
+      // One read transaction across the steps: the copy is one snapshot. Without it, each step
+      // reads the store as it is then, and a write by another process between two restarts the
+      // copy (for ever, under steady writes).
+      store.exec('BEGIN')
+      store.prepare('SELECT 1 FROM sqlite_schema').get()
+      await store.backup(partial, { progress: () => STEP_PAGES })
     } finally {
       store.close()
     }

@@ -125,3 +125,30 @@ test('plantstore backup stopped by SIGTERM or SIGINT while it copies leaves no p
     }
   }
 })
+
+test('plantstore backup stopped by SIGINT part way through a slow copy stops then: exit 130, no copy, nothing under a temporary name (the copy goes in steps, and the stop is seen between two)', async (t) => {
+  const dir = tempDir(t)
+  const dbPath = join(dir, 'plantstore.db')
+  assert.equal(cli(dir, ['migrate']).status, 0)
+  const seed = openDatabase(dbPath)
+  seed.exec("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 400000) INSERT INTO plants (id, name) SELECT i, 'a plant with a longish name, number ' || i FROM n")
+  seed.close()
+  const target = join(dir, 'copy.db')
+  // Each page written to the copy takes 2 ms more (after the first 200): the copy takes tens of seconds.
+  const traced = spawn('strace', ['-f', '-qq', '-o', '/dev/null', '-e', 'trace=pwrite64', '-e', 'inject=pwrite64:delay_exit=2000:when=200+', process.execPath, MAIN, 'backup', target],
+    { env: { ...process.env, DATABASE_URL: dbPath }, stdio: ['ignore', 'ignore', 'pipe'] })
+  t.after(() => { traced.kill('SIGKILL') })
+  let stderr = ''
+  traced.stderr.setEncoding('utf8').on('data', (chunk: string) => { stderr += chunk })
+  const exited = new Promise<number | null>(resolve => traced.once('exit', resolve))
+  while (!readdirSync(dir).some(name => name.includes('partial'))) await new Promise(resolve => setTimeout(resolve, 10))
+  await new Promise(resolve => setTimeout(resolve, 1000))
+  // The signal goes to node itself, strace's child.
+  const node = Number(readFileSync(`/proc/${traced.pid!}/task/${traced.pid!}/children`, 'utf8').trim().split(' ')[0])
+  const signalled = Date.now()
+  process.kill(node, 'SIGINT')
+  assert.equal(await exited, 130, stderr)
+  assert.ok(Date.now() - signalled < 8000, `stopped ${Date.now() - signalled} ms after the signal`)
+  assert.match(stderr, /plantstore: stopped by SIGINT\.\n/)
+  assert.deepEqual(readdirSync(dir).filter(name => name.startsWith('copy') || name.includes('partial')), [], 'no copy, nothing left under a temporary name')
+})
