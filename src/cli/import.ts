@@ -1,3 +1,4 @@
+import { fstatSync } from 'node:fs'
 import { ConfigError } from '../config.js'
 import type { Store } from '../store/store.js'
 import { parseCommand } from './args.js'
@@ -54,6 +55,7 @@ export async function importPlants (args: string[]): Promise<void> {
     return
   }
   if (process.stdin.isTTY) throw new ConfigError('import reads plants from stdin, such as plantstore import < plants.ndjson; see plantstore import --help.')
+  if (fstatSync(0).isDirectory()) throw new ConfigError('stdin is a directory; import reads plants from a file or a pipe, such as plantstore import < plants.ndjson.')
   const store = await openForCommand(databaseUrlOf(parsed.values['database-url'] as string | undefined))
   try {
     const plants = await importFrom(store, process.stdin, { replace: parsed.values.replace === true })

@@ -271,6 +271,16 @@ test('import on a terminal (no input redirected) says how to give it input, inst
   assert.equal(existsSync(join(dir, 'plantstore.db')), false)
 })
 
+test('import from a directory on stdin (`import < /tmp`) fails in one line, exit 1, and creates no store: Node reads such a stdin as empty', (t) => {
+  const dir = tempDir(t)
+  const input = openSync(dir, 'r')
+  t.after(() => closeSync(input))
+  const result = spawnSync(process.execPath, [MAIN, 'import'], { env: { ...process.env, DATABASE_URL: join(dir, 'store.db') }, stdio: [input, 'pipe', 'pipe'], encoding: 'utf8' })
+  assert.equal(result.status, 1)
+  assert.equal(result.stderr, 'plantstore: stdin is a directory; import reads plants from a file or a pipe, such as plantstore import < plants.ndjson.\n')
+  assert.deepEqual(readdirSync(dir), [], 'no store made')
+})
+
 test('export refuses a SQLite store that does not exist (or a file that holds none), creating nothing; its output, the failure line alone, imports nothing', (t) => {
   const dir = tempDir(t)
   const result = cli(dir, ['export'])
