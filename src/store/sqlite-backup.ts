@@ -2,7 +2,7 @@ import { closeSync, existsSync, fsyncSync, linkSync, openSync, rmSync } from 'no
 import { basename, dirname, join, resolve } from 'node:path'
 import { ConfigError } from '../config.js'
 import { openDatabase } from './sqlite-driver.js'
-import { holdsStore } from './sqlite-schema.js'
+import { holdsStore, unreadable } from './sqlite-schema.js'
 
 /** Pages a backup step copies (4 MiB of 4 KiB pages): between two, the command sees a signal to stop. */
 const STEP_PAGES = 1024
@@ -25,7 +25,10 @@ function fsyncPath (path: string): void {
  * never seen half-written. Throws a ConfigError of one line when it cannot be made.
  */
 export async function backupSqlite (source: string, destination: string): Promise<void> {
-  if (!holdsStore(source)) throw new ConfigError(`There is no store at ${resolve(source)} to back up.`)
+  if (!holdsStore(source)) {
+    const why = unreadable(source)
+    throw new ConfigError(why === undefined ? `There is no store at ${resolve(source)} to back up.` : `Cannot read the database at ${resolve(source)}: ${why}.`)
+  }
   if (existsSync(destination)) throw new ConfigError(`${resolve(destination)} already exists; a backup never overwrites a file, so remove it or choose another name.`)
   const partial = partialOf(destination)
   try {

@@ -26,22 +26,23 @@ function schemaOf (db: Database.Database): number | 'other' {
 }
 
 /**
- * What the file at `path` holds (schemaOf), read without changing it; undefined where SQLite
- * cannot read it (missing, locked past the wait, not a database) or it is no regular file (the
- * opening refuses that; SQLite opening a FIFO would wait for a writer).
+ * What the file at `path` holds (schemaOf), read without changing it; undefined where it is no
+ * regular file (missing; the opening refuses the others: SQLite opening a FIFO would wait for a
+ * writer), and the error where SQLite cannot read it (not a database, locked past the wait, no
+ * permission, a WAL store on read-only media without its -shm file).
  */
-function schemaAt (path: string): number | 'other' | undefined {
+function schemaAt (path: string): number | 'other' | Error | undefined {
   if (!isFile(path)) return undefined
   let db: Database.Database
   try {
     db = openDatabase(path, { readonly: true, fileMustExist: true })
-  } catch {
-    return undefined
+  } catch (error) {
+    return error as Error
   }
   try {
     return schemaOf(db)
-  } catch {
-    return undefined
+  } catch (error) {
+    return error as Error
   } finally {
     db.close()
   }
@@ -51,6 +52,12 @@ function schemaAt (path: string): number | 'other' | undefined {
 export function storeVersion (path: string): number {
   const schema = schemaAt(path)
   return typeof schema === 'number' ? schema : 0
+}
+
+/** Why SQLite cannot read the file at `path`, which exists: undefined when it can, or there is no file. */
+export function unreadable (path: string): string | undefined {
+  const schema = schemaAt(path)
+  return schema instanceof Error ? schema.message : undefined
 }
 
 /** Whether the file at `path` holds a plant store (plantstore's schema, of any version), read without changing it. */

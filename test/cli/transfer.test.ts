@@ -305,6 +305,15 @@ test('export refuses a SQLite store that does not exist (or a file that holds no
     assert.equal(refused.stderr, `plantstore: There is no store at ${path}.\n`)
     assert.ok(readFileSync(path).equals(before), 'the file is unchanged')
   }
+  // A file SQLite cannot read is said to be that, not a place without a store.
+  const garbage = join(dir, 'garbage.db')
+  writeFileSync(garbage, Buffer.alloc(8192, 'not a database '))
+  const unreadable = run(['export'], garbage)
+  assert.equal(unreadable.status, 1)
+  assert.equal(unreadable.stderr, `plantstore: Cannot read the database at ${garbage}: file is not a database.\n`)
+  const backup = cli(dir, ['backup', join(dir, 'copy.db')], { DATABASE_URL: garbage })
+  assert.equal(backup.status, 1)
+  assert.equal(backup.stderr, `plantstore: Cannot read the database at ${garbage}: file is not a database.\n`)
   // A store of a newer plantstore is refused as every other command refuses it: its schema would be guessed at.
   const newer = sqliteStoreWith(dir, [{ id: 1n, name: 'Fern' }], 'newer.db')
   const future = openDatabase(newer)
