@@ -66,13 +66,13 @@ export interface paths {
         get: operations["getPlant"];
         /**
          * Replace a plant
-         * @description Replaces a plant's name and tag; a body without `tag` removes the tag. With `If-Match`, only if the plant is at a version it names; with `If-None-Match`, only if it is not (`412` otherwise, nothing changed). `ETag` is the new version: every replace is a change, also one that sets the data the plant has already (a new position in the change log, a `plant.updated` to its readers and webhooks; unlike an identical `POST /plants`, which changes nothing). Needs `plants:write`.
+         * @description Replaces a plant's name and tag; a body without `tag` removes the tag. With `If-Match`, only if the plant is at a version it names; with `If-None-Match`, only if it is not (`412` otherwise, nothing changed; a missing plant is `404` whatever the conditions). `ETag` is the new version: every replace is a change, also one that sets the data the plant has already (a new position in the change log, a `plant.updated` to its readers and webhooks; unlike an identical `POST /plants`, which changes nothing). Needs `plants:write`.
          */
         put: operations["replacePlant"];
         post?: never;
         /**
          * Delete a plant
-         * @description Deletes a plant. With `If-Match`, only if the plant is at a version it names; with `If-None-Match`, only if it is not (`412` otherwise, nothing changed). Needs `plants:write`.
+         * @description Deletes a plant. With `If-Match`, only if the plant is at a version it names; with `If-None-Match`, only if it is not (`412` otherwise, nothing changed; a missing plant is `404` whatever the conditions). Needs `plants:write`.
          */
         delete: operations["deletePlant"];
         options?: never;
@@ -771,7 +771,7 @@ export interface components {
         };
     };
     parameters: {
-        /** @description Only if the plant is at one of these versions: ETags as `GET` answers them (`"42"`, a list separated by commas; weak ones never match), or `*` for any existing plant. Otherwise `412`, and nothing changes. Evaluated before `If-None-Match`. A malformed value answers `400`. */
+        /** @description Only if the plant is at one of these versions: ETags as `GET` answers them (`"42"`, a list separated by commas; weak ones never match), or `*` for any existing plant. Otherwise `412`, and nothing changes; a missing plant is `404`, whatever the conditions. Evaluated before `If-None-Match`. A malformed value answers `400`. */
         IfMatch: string;
         /** @description Not if the plant is at one of these versions (weak comparison) or, with `*`, exists: then `GET` answers `304` with the ETag and no body, and `PUT` and `DELETE` answer `412` and change nothing. A malformed value answers `400`. */
         IfNoneMatch: string;
@@ -910,7 +910,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Only if the plant is at one of these versions: ETags as `GET` answers them (`"42"`, a list separated by commas; weak ones never match), or `*` for any existing plant. Otherwise `412`, and nothing changes. Evaluated before `If-None-Match`. A malformed value answers `400`. */
+                /** @description Only if the plant is at one of these versions: ETags as `GET` answers them (`"42"`, a list separated by commas; weak ones never match), or `*` for any existing plant. Otherwise `412`, and nothing changes; a missing plant is `404`, whatever the conditions. Evaluated before `If-None-Match`. A malformed value answers `400`. */
                 "If-Match"?: components["parameters"]["IfMatch"];
                 /** @description Not if the plant is at one of these versions (weak comparison) or, with `*`, exists: then `GET` answers `304` with the ETag and no body, and `PUT` and `DELETE` answer `412` and change nothing. A malformed value answers `400`. */
                 "If-None-Match"?: components["parameters"]["IfNoneMatch"];
@@ -958,7 +958,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Only if the plant is at one of these versions: ETags as `GET` answers them (`"42"`, a list separated by commas; weak ones never match), or `*` for any existing plant. Otherwise `412`, and nothing changes. Evaluated before `If-None-Match`. A malformed value answers `400`. */
+                /** @description Only if the plant is at one of these versions: ETags as `GET` answers them (`"42"`, a list separated by commas; weak ones never match), or `*` for any existing plant. Otherwise `412`, and nothing changes; a missing plant is `404`, whatever the conditions. Evaluated before `If-None-Match`. A malformed value answers `400`. */
                 "If-Match"?: components["parameters"]["IfMatch"];
                 /** @description Not if the plant is at one of these versions (weak comparison) or, with `*`, exists: then `GET` answers `304` with the ETag and no body, and `PUT` and `DELETE` answer `412` and change nothing. A malformed value answers `400`. */
                 "If-None-Match"?: components["parameters"]["IfNoneMatch"];
@@ -1002,7 +1002,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Only if the plant is at one of these versions: ETags as `GET` answers them (`"42"`, a list separated by commas; weak ones never match), or `*` for any existing plant. Otherwise `412`, and nothing changes. Evaluated before `If-None-Match`. A malformed value answers `400`. */
+                /** @description Only if the plant is at one of these versions: ETags as `GET` answers them (`"42"`, a list separated by commas; weak ones never match), or `*` for any existing plant. Otherwise `412`, and nothing changes; a missing plant is `404`, whatever the conditions. Evaluated before `If-None-Match`. A malformed value answers `400`. */
                 "If-Match"?: components["parameters"]["IfMatch"];
                 /** @description Not if the plant is at one of these versions (weak comparison) or, with `*`, exists: then `GET` answers `304` with the ETag and no body, and `PUT` and `DELETE` answer `412` and change nothing. A malformed value answers `400`. */
                 "If-None-Match"?: components["parameters"]["IfNoneMatch"];
