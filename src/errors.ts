@@ -72,9 +72,14 @@ export class ApiError extends Error {
  */
 export type UnavailableReason = 'capacity' | 'deadline' | 'unavailable'
 
-/** Thrown by stores when the storage itself cannot answer (disk, lock, lost worker), or sheds work past its bounds. */
+/**
+ * Thrown by stores when the storage itself cannot answer (disk, lock, lost worker), or sheds work
+ * past its bounds. `outcomeUnknown`: a write that may have been made all the same (its deadline
+ * passed while it ran, or its COMMIT warned); without it, a refusal before anything was written
+ * or an outcome the store does not know of.
+ */
 export class StoreUnavailableError extends Error {
-  constructor (message: string, readonly reason: UnavailableReason = 'unavailable') {
+  constructor (message: string, readonly reason: UnavailableReason = 'unavailable', readonly outcomeUnknown = false) {
     super(message)
   }
 }

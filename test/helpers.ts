@@ -69,6 +69,15 @@ export function cli (database: string | Pick<TestDatabase, 'databaseUrl'>, args:
   return { status: result.status, stdout: result.stdout, stderr: result.stderr }
 }
 
+/** The CLI, as `cli` runs it but without blocking this process: servers and lock holders go on meanwhile. */
+export async function cliAsync (args: string[], env: NodeJS.ProcessEnv): Promise<{ status: number | null, stderr: string }> {
+  const child = spawn(process.execPath, [MAIN, ...args], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] })
+  child.stdout.resume()
+  let stderr = ''
+  child.stderr.setEncoding('utf8').on('data', (chunk: string) => { stderr += chunk })
+  return await new Promise(resolve => child.once('exit', status => resolve({ status, stderr })))
+}
+
 export interface Server extends TestDatabase {
   url: string
   /** The token the first start printed (or the one passed in). */

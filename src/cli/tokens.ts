@@ -72,7 +72,7 @@ async function create (store: Store, wanted: Omit<NewToken, 'digest'>): Promise<
   const token = generateToken()
   const digest = digestOf(token)
   const created = await store.createToken({ ...wanted, digest }).catch(async (error: unknown) => {
-    if (!(error instanceof StoreUnavailableError)) throw error
+    if (!(error instanceof StoreUnavailableError && error.outcomeUnknown)) throw error
     throw new ConfigError(await unconfirmed(store, digest, wanted.name, error))
   })
   if (created === 'name-taken') throw new ConfigError(`An active token is already named ${quoted(wanted.name)}; revoke it or choose another name.`)
@@ -120,7 +120,7 @@ async function list (store: Store): Promise<void> {
 async function revoke (store: Store, nameOrId: string): Promise<void> {
   const asked = Date.now()
   const revoked = await store.revokeToken(nameOrId).catch((error: unknown) => {
-    if (!(error instanceof StoreUnavailableError)) throw error
+    if (!(error instanceof StoreUnavailableError && error.outcomeUnknown)) throw error
     throw new ConfigError(`The store did not confirm the revocation in time (${error.message}): it may have been made; \`plantstore tokens list\` shows whether ${quoted(nameOrId)} is revoked.`)
   })
   if (revoked === undefined) throw new ConfigError(`No active token is named ${quoted(nameOrId)} and none has that id.`)

@@ -20,5 +20,5 @@ export async function commit (client: pg.ClientBase): Promise<void> {
   } finally {
     client.off('notice', listen)
   }
-  if (warning !== undefined) throw new StoreUnavailableError(`The commit's outcome is unknown (${warning}).`, 'unavailable')
+  if (warning !== undefined) throw new StoreUnavailableError(`The commit's outcome is unknown (${warning}).`, 'unavailable', true)
 }

@@ -182,14 +182,15 @@ export class PostgresStore implements Store {
   private readonly writers: Slots
 
   readonly rateWindows: RateWindows = {
-    sync: (instance, start, since, counts) => this.run('writes', () => this.writers.hold(async () => {
+    sync: (instance, start, since, counts) => this.autocommit(async () => {
       const { rows } = await this.query<{ token_id: bigint, total: bigint, instances: bigint }>(SYNC_SQL, [start, instance, [...counts.keys()], [...counts.values()], since])
       return new Map<number, SharedCount>(rows.map(row => [Number(row.token_id), { total: Number(row.total), instances: Number(row.instances) }]))
-    })),
-    forget: (before) => this.run('writes', () => this.writers.hold(async () => { await this.query('DELETE FROM rate_windows WHERE window_start < $1::int8', [before]) }))
+    }),
+    forget: (before) => this.autocommit(async () => { await this.query('DELETE FROM rate_windows WHERE window_start < $1::int8', [before]) })
   }
 
   readonly webhooks = postgresWebhooks(
+    // Its reads (SELECTs only: they hold no write slot) count with the writes, as the dispatcher's work.
     work => this.run('writes', () => work((text, values) => this.query(text, values))),
     work => this.run('writes', answered => this.transaction(client => work((text, values) => client.query(text, values)), answered)))
 
@@ -278,7 +279,7 @@ export class PostgresStore implements Store {
     return new Promise<T>((resolve, reject) => {
       const timer = setTimeout(() => {
         answered = true
-        reject(new StoreUnavailableError(`The database did not answer within ${this.limits.writeTimeoutMs} ms.`, 'deadline'))
+        reject(new StoreUnavailableError(`The database did not answer within ${this.limits.writeTimeoutMs} ms.`, 'deadline', kind === 'writes'))
       }, this.limits.writeTimeoutMs)
       done.then(value => { clearTimeout(timer); resolve(value) }, error => {
         clearTimeout(timer)
@@ -286,6 +287,11 @@ export class PostgresStore implements Store {
         reject(failureOf(error))
       })
     })
+  }
+
+  /** A write outside a transaction (withClient holds the slot for those inside one): within the caps, the deadline and the writes' share of the pool. */
+  private autocommit<T> (work: () => Promise<T>): Promise<T> {
+    return this.run('writes', () => this.writers.hold(work))
   }
 
   private async query<R extends pg.QueryResultRow> (text: string, values: unknown[] = []): Promise<pg.QueryResult<R>> {
@@ -380,7 +386,7 @@ export class PostgresStore implements Store {
   }
 
   pruneChanges (before: Date, batch: number): Promise<number> {
-    return this.run('writes', () => this.writers.hold(() => pruneChanges(this.pool, before, batch)))
+    return this.autocommit(() => pruneChanges(this.pool, before, batch))
   }
 
   createToken (token: NewToken): Promise<TokenRecord | 'name-taken'> {

@@ -154,7 +154,7 @@ export class WalSync {
       if (batch.deadline > late) continue
       if (batch.answered) continue
       batch.answered = true
-      const refusal = new StoreUnavailableError('The write\'s fdatasync did not return by its deadline; the write may still be stored.', 'deadline')
+      const refusal = new StoreUnavailableError('The write\'s fdatasync did not return by its deadline; the write may still be stored.', 'deadline', true)
       for (const { waiter } of batch.answers) waiter.reject(refusal)
     }
   }

@@ -4,15 +4,7 @@ import { spawn } from 'node:child_process'
 import { existsSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { test } from 'node:test'
-import { call, cli, MAIN, startServer, tempDir } from '../helpers.js'
-
-/** Runs the CLI without blocking this process, so that requests can go on meanwhile. */
-function cliAsync (args: string[], env: NodeJS.ProcessEnv): Promise<{ status: number | null, stderr: string }> {
-  const child = spawn(process.execPath, [MAIN, ...args], { env: { ...process.env, ...env }, stdio: ['ignore', 'ignore', 'pipe'] })
-  let stderr = ''
-  child.stderr.setEncoding('utf8').on('data', (chunk: string) => { stderr += chunk })
-  return new Promise(resolve => child.once('exit', status => resolve({ status, stderr })))
-}
+import { call, cli, cliAsync, MAIN, startServer, tempDir } from '../helpers.js'
 
 test('plantstore backup copies a live store consistently, while plants are being written', async (t) => {
   const dir = tempDir(t)

@@ -4,7 +4,7 @@ import { randomBytes } from 'node:crypto'
 import { closeSync, existsSync, openSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs'
 import { join } from 'node:path'
 import { describe, test } from 'node:test'
-import { cli, freshDatabase, MAIN, tempDir, testStores } from '../helpers.js'
+import { cli, cliAsync, freshDatabase, holdWriteLock, MAIN, tempDir, testStores } from '../helpers.js'
 import { CLUSTER_SKIP, primaryAlone } from '../pg-cluster.js'
 import { withStore } from '../stored.js'
 import { openDatabase } from '../../src/store/sqlite-driver.js'
@@ -290,4 +290,15 @@ test('PostgreSQL, a synchronous standby away: a token create or revoke the store
   await primary.query('SELECT pg_reload_conf()')
   // PostgreSQL committed both locally: what the messages said may have happened, did.
   assert.match(cli(database, ['tokens', 'list']).stdout, /^1\tbefore\t.*\trevoked .*\n2\tduring\t.*\tactive/s)
+})
+
+test('SQLite, its write lock held by another process: a token create or revoke refused unstored says the store is unavailable, not that it may have been made', async (t) => {
+  const dir = tempDir(t)
+  assert.equal(cli(dir, ['tokens', 'create', '--name', 'before']).status, 0)
+  await holdWriteLock(t, join(dir, 'plantstore.db'), 8000)
+  for (const args of [['tokens', 'create', '--name', 'during'], ['tokens', 'revoke', 'before']]) {
+    const result = await cliAsync(args, { DATABASE_URL: join(dir, 'plantstore.db') })
+    assert.equal(result.status, 1)
+    assert.match(result.stderr, /^plantstore: The store is unavailable: The write waited for the database past its deadline/, args.join(' '))
+  }
 })
