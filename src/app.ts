@@ -91,7 +91,7 @@ export async function buildApp ({ config, store: bareStore, log = pino({ level: 
     logger: false,
     genReqId: requestIds(),
     bodyLimit: BODY_LIMIT,
-    serverFactory: httpServer(config.requestTimeout * 1000),
+    serverFactory: httpServer(config.requestTimeout * 1000, metrics.state.pipelined),
     clientErrorHandler: clientErrorHandler(refused),
     // A path that cannot be routed is answered before any hook runs: its CORS headers are added here.
     frameworkErrors: cors === undefined

@@ -44,10 +44,10 @@ type Connection = Socket & { [WAITING]?: number }
  *
  * A request's headers and body may take `requestTimeoutMs` to arrive; one still arriving then is
  * answered 408 (clientErrorHandler) and its connection closed, at Node's next look for late
- * requests: never before the limit, and at most ARRIVAL_CHECK_MS after it.
+ * requests: never before the limit, and at most ARRIVAL_CHECK_MS after it. `pipelined.waiting`
+ * counts the requests waiting in all its connections.
  */
-export function httpServer (requestTimeoutMs: number): FastifyServerFactory {
-  let waitingInAll = 0
+export function httpServer (requestTimeoutMs: number, pipelined = { waiting: 0 }): FastifyServerFactory {
   return (handler) => Object.assign(createServer({
     requestTimeout: requestTimeoutMs,
     headersTimeout: requestTimeoutMs,
@@ -61,9 +61,9 @@ export function httpServer (requestTimeoutMs: number): FastifyServerFactory {
     // Closed below while the rest of its read is parsed: those requests go with it.
     if (connection.destroyed) return
     const waitingHere = connection[WAITING] ?? 0
-    if (waitingInAll >= MAX_WAITING_IN_ALL && waitingHere >= MAX_WAITING_PRESSED) return connection.destroy()
+    if (pipelined.waiting >= MAX_WAITING_IN_ALL && waitingHere >= MAX_WAITING_PRESSED) return connection.destroy()
     connection[WAITING] = waitingHere + 1
-    waitingInAll++
+    pipelined.waiting++
     const waiting = response as ServerResponse & { _onPendingData?: (bytes: number) => void }
     const weight = Math.max(1, Math.floor(connection.writableHighWaterMark / MAX_WAITING))
     waiting._onPendingData?.(weight)
@@ -72,7 +72,7 @@ export function httpServer (requestTimeoutMs: number): FastifyServerFactory {
     const uncount = (): void => {
       if (!counted) return
       counted = false
-      waitingInAll--
+      pipelined.waiting--
       connection[WAITING]!--
     }
     request.once('close', uncount)

@@ -40,6 +40,8 @@ export function createMetrics () {
   const registers = [own]
   const state = {
     requestsInFlight: 0,
+    /** Requests read and waiting for the answer before theirs on their connection (src/http-server.ts counts them). */
+    pipelined: { waiting: 0 },
     storeInFlight: Object.fromEntries(STORE_OPERATIONS.map(operation => [operation, 0])) as Record<StoreOperation, number>,
     /** The change feed's readers, and where the log stands (set once the app has its feed and store). */
     changes: {
@@ -104,6 +106,12 @@ export function createMetrics () {
       help: 'Requests routed and not yet answered.',
       registers,
       collect () { this.set(state.requestsInFlight) }
+    }),
+    requestsWaiting: new Gauge({
+      name: 'plantstore_http_requests_waiting',
+      help: 'Requests read and waiting for the answer before theirs on their connection (pipelined); past 8,192, a connection that pipelines deeper than 8 is closed.',
+      registers,
+      collect () { this.set(state.pipelined.waiting) }
     }),
     shed: new Counter({
       name: 'plantstore_http_shed_requests_total',
