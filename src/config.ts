@@ -40,9 +40,14 @@ const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'
 
 function integer (name: string, text: string, min: number, max: number): number {
   if (!/^\d+$/.test(text) || Number(text) < min || Number(text) > max) {
-    throw new ConfigError(`${name} must be a whole number from ${min} to ${max}, not "${text}".`)
+    throw new ConfigError(`${name} must be a whole number from ${min} to ${max}, not ${quoted(text)}.`)
   }
   return Number(text)
+}
+
+/** Quotes text given from outside (a setting, an argument) for a message, so that a tab or a line break cannot split its line. */
+export function quoted (text: string): string {
+  return JSON.stringify(text)
 }
 
 /** A comma-separated list of origins, each written as browsers send it in `Origin`: that is what is matched, exactly. */
@@ -55,7 +60,7 @@ function origins (text: string): string[] {
       url = new URL(origin)
     } catch {}
     if (url === undefined || !['http:', 'https:'].includes(url.protocol) || url.origin !== origin) {
-      throw new ConfigError(`CORS_ORIGINS must be origins separated by commas, each a scheme, a host and a port only if not the default, in lower case, without path or trailing slash (https://garden.example, http://localhost:3000), not "${origin}".`)
+      throw new ConfigError(`CORS_ORIGINS must be origins separated by commas, each a scheme, a host and a port only if not the default, in lower case, without path or trailing slash (https://garden.example, http://localhost:3000), not ${quoted(origin)}.`)
     }
     return origin
   })
@@ -68,7 +73,7 @@ const table = {
     env: 'HOST',
     fallback: '127.0.0.1',
     parse: (t: string) => {
-      if (t === '' || /\s/.test(t) || (t.includes(':') && isIP(t) === 0)) throw new ConfigError(`HOST must be an address or host name, not "${t}".`)
+      if (t === '' || /\s/.test(t) || (t.includes(':') && isIP(t) === 0)) throw new ConfigError(`HOST must be an address or host name, not ${quoted(t)}.`)
       return t
     }
   },
@@ -95,7 +100,7 @@ const table = {
     env: 'LOG_LEVEL',
     fallback: 'info',
     parse: (t: string) => {
-      if (!LOG_LEVELS.includes(t)) throw new ConfigError(`LOG_LEVEL must be one of ${LOG_LEVELS.join(', ')}, not "${t}".`)
+      if (!LOG_LEVELS.includes(t)) throw new ConfigError(`LOG_LEVEL must be one of ${LOG_LEVELS.join(', ')}, not ${quoted(t)}.`)
       return t
     }
   },
@@ -110,7 +115,7 @@ const table = {
     fallback: '7d',
     parse: (t: string) => {
       const ms = parseDuration(t)
-      if (ms === undefined || ms > TEN_YEARS_MS) throw new ConfigError(`CHANGES_RETENTION must be a duration such as 7d, 12h, 30m or 90s (up to 10 years), not "${t}".`)
+      if (ms === undefined || ms > TEN_YEARS_MS) throw new ConfigError(`CHANGES_RETENTION must be a duration such as 7d, 12h, 30m or 90s (up to 10 years), not ${quoted(t)}.`)
       return ms
     }
   },
@@ -119,7 +124,7 @@ const table = {
     env: 'WEBHOOKS_ALLOW_PRIVATE',
     fallback: 'false',
     parse: (t: string) => {
-      if (t !== 'true' && t !== 'false') throw new ConfigError(`WEBHOOKS_ALLOW_PRIVATE must be true or false, not "${t}".`)
+      if (t !== 'true' && t !== 'false') throw new ConfigError(`WEBHOOKS_ALLOW_PRIVATE must be true or false, not ${quoted(t)}.`)
       return t === 'true'
     }
   },

@@ -1,15 +1,10 @@
 import { parseArgs, type ParseArgsConfig } from 'node:util'
-import { ConfigError } from '../config.js'
+import { ConfigError, quoted } from '../config.js'
 
 type Options = NonNullable<ParseArgsConfig['options']>
 
 /** A command's flags by name (a string, a list of strings for repeatable flags) and its positional arguments. */
 export interface Parsed { values: Record<string, string | string[] | boolean | undefined>, positionals: string[] }
-
-/** Quotes text from the command line for a message, so that a tab or a line break cannot split the line. */
-export function quoted (text: string): string {
-  return JSON.stringify(text)
-}
 
 /** What parseArgs says, as one line that names the command and points to its help. */
 function usageError (command: string, error: Error & { code?: string }): ConfigError {

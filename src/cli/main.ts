@@ -1,10 +1,10 @@
 #!/usr/bin/env node
 import cluster from 'node:cluster'
 import { readFileSync } from 'node:fs'
-import { ConfigError, loadConfig, settings, type Config } from '../config.js'
+import { ConfigError, loadConfig, quoted, settings, type Config } from '../config.js'
 import { StoreUnavailableError } from '../errors.js'
 import { stopOnSignalsWhileStarting } from '../start-signals.js'
-import { parseCommand, quoted } from './args.js'
+import { parseCommand } from './args.js'
 import { exitOnceWritten } from './exit.js'
 import { flagOf, USAGE } from './usage.js'
 

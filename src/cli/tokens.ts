@@ -1,10 +1,10 @@
 import { fstatSync, statSync, writeSync } from 'node:fs'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { ConfigError } from '../config.js'
+import { ConfigError, quoted } from '../config.js'
 import { StoreUnavailableError } from '../errors.js'
 import { DEFAULT_SCOPES, type NewToken, type Scope, type Store, type TokenRecord } from '../store/store.js'
 import { digestOf, generateToken, isScope, isTokenName, parseDuration, TEN_YEARS_MS, TOKEN_CACHE_MS } from '../tokens.js'
-import { parseCommand, quoted, type Parsed } from './args.js'
+import { parseCommand, type Parsed } from './args.js'
 import { databaseUrlOf, openForCommand } from './database.js'
 import { USAGE } from './usage.js'
 

@@ -62,3 +62,14 @@ test('CORS_ORIGINS refuses what a browser never sends as an Origin, naming the v
       error.message.endsWith(`not "${offending}".`), value)
   }
 })
+
+test('a refused value is quoted as JSON in its message, so that a line break or a tab in it cannot split the one line', () => {
+  for (const [name, value] of [['PORT', '1\n2'], ['LOG_LEVEL', 'info\nwarn'], ['HOST', 'a\tb'], ['CHANGES_RETENTION', '7d\r\n'], ['WEBHOOKS_ALLOW_PRIVATE', 'true\n'], ['CORS_ORIGINS', 'https://a.example\nhttps://b.example']]) {
+    assert.throws(() => loadConfig({ [name]: value }), (error: Error) => {
+      assert.ok(error instanceof ConfigError)
+      assert.doesNotMatch(error.message, /[\n\r\t]/, error.message)
+      assert.ok(error.message.includes(JSON.stringify(value.trim())) || error.message.includes(JSON.stringify(value)), error.message)
+      return true
+    }, name)
+  }
+})
