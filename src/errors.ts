@@ -302,7 +302,9 @@ export function frameworkErrorHandler (refused: ReportRefusal): (error: FastifyE
 
 /** Node's errors before a request reaches Fastify, as named failures. */
 const clientErrorCodes: Record<string, FailureName> = {
-  ERR_HTTP_REQUEST_TIMEOUT: 'requestTimeout'
+  ERR_HTTP_REQUEST_TIMEOUT: 'requestTimeout',
+  // HTTP/2's connection preface (`PRI * HTTP/2.0`, a client that assumes HTTP/2 without asking).
+  HPE_PAUSED_H2_UPGRADE: 'httpVersionNotSupported'
 }
 
 /**

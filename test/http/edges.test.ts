@@ -127,6 +127,9 @@ for (const store of testStores()) {
         assert.ok(isRawErrorBody(answer.text, 505), `${version}: ${answer.text}`)
         assert.match(answer.text, /HTTP\/1\.1/, `${version}: the message names the version to send`)
       }
+      // HTTP/2 with prior knowledge: its connection preface.
+      const preface = await rawExchange(server, 'PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n', { waitMs: 1000 })
+      assert.ok(isRawErrorBody(preface.text, 505), preface.text)
       const pipelined = await rawExchange(server, 'GET /healthz HTTP/1.1\r\nHost: x\r\n\r\nGET /healthz HTTP/3.0\r\nHost: x\r\n\r\n', { waitMs: 1000 })
       assert.deepEqual(pipelined.text.match(/HTTP\/1\.1 \d{3}/g), ['HTTP/1.1 200', 'HTTP/1.1 505'], `after another request: ${pipelined.text}`)
       // Malformed, or HTTP/1 in a minor version the parser does not take: 400, not 505.
