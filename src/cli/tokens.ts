@@ -128,9 +128,11 @@ async function revoke (store: Store, nameOrId: string): Promise<void> {
   const earlier = revoked.revokedAt !== undefined && revoked.revokedAt.getTime() < asked ? revoked.revokedAt : undefined
   // Running servers may answer from a lookup made just before the revocation; once this returns, none does.
   await sleep(Math.max(0, (earlier?.getTime() ?? Date.now()) + TOKEN_CACHE_MS + 100 - Date.now()))
-  process.stderr.write(earlier !== undefined
-    ? `Token ${revoked.id} "${printable(revoked.name)}" was revoked already, at ${earlier.toISOString()}; nothing changed.\n`
-    : `Revoked token ${revoked.id} "${printable(revoked.name)}"; no server accepts it any more.\n`)
+  // A token that expired has its name taken back by the next token so named: kept as revoked at its expiry.
+  const expired = earlier !== undefined && earlier.getTime() === revoked.expiresAt?.getTime()
+  process.stderr.write(earlier === undefined
+    ? `Revoked token ${revoked.id} "${printable(revoked.name)}"; no server accepts it any more.\n`
+    : `Token ${revoked.id} "${printable(revoked.name)}" ${expired ? 'expired' : 'was revoked already'}, at ${earlier.toISOString()}; nothing changed.\n`)
 }
 
 const SUBCOMMANDS = {

@@ -111,6 +111,17 @@ for (const store of testStores()) {
       assert.match(cli(database, ['tokens', 'list']).stdout, new RegExp(`\\trevoked ${String(revokedAt)}\\t`), 'its revocation time unchanged')
     })
 
+    test('revoking by id a token that expired, its name since taken by another, says it expired, and when; nothing changes', async (t) => {
+      const database = await freshDatabase(t, store)
+      assert.equal(cli(database, ['tokens', 'create', '--name', 'short', '--expires-in', '1s']).status, 0)
+      await new Promise(resolve => setTimeout(resolve, 1100))
+      assert.equal(cli(database, ['tokens', 'create', '--name', 'short']).status, 0)
+      const expiresAt = /^1\tshort\t.*\texpires (\S+)/m.exec(cli(database, ['tokens', 'list']).stdout)?.[1] ?? /^1\tshort\t.*\trevoked (\S+)/m.exec(cli(database, ['tokens', 'list']).stdout)?.[1]
+      const again = cli(database, ['tokens', 'revoke', '1'])
+      assert.equal(again.status, 0)
+      assert.equal(again.stderr, `Token 1 "short" expired, at ${String(expiresAt)}; nothing changed.\n`)
+    })
+
     test('revoking by id a token that another process revoked a moment ago returns only once no server can accept it any more', async (t) => {
       const database = await freshDatabase(t, store)
       assert.equal(cli(database, ['tokens', 'create', '--name', 'ci']).status, 0)
