@@ -29,6 +29,7 @@ export async function backupSqlite (source: string, destination: string): Promis
     const why = unreadable(source)
     throw new ConfigError(why === undefined ? `There is no store at ${resolve(source)} to back up.` : `Cannot read the database at ${resolve(source)}: ${why}.`)
   }
+  if (/[/\\]$/.test(destination)) throw new ConfigError(`The backup's FILE ${destination} ends with a slash, as a directory's name does; name the file to write.`)
   if (existsSync(destination)) throw new ConfigError(`${resolve(destination)} already exists; a backup never overwrites a file, so remove it or choose another name.`)
   const partial = partialOf(destination)
   try {

@@ -83,6 +83,17 @@ test('plantstore backup refuses a missing store, a missing directory and Postgre
   assert.equal(postgres.stderr, 'plantstore: backup copies SQLite stores only; for PostgreSQL, use pg_dump.\n')
 })
 
+test('plantstore backup refuses a FILE that ends with a slash before copying anything', (t) => {
+  const dir = tempDir(t)
+  assert.equal(cli(dir, ['migrate']).status, 0)
+  for (const file of [join(dir, 'sub') + '/', dir + '/']) {
+    const result = cli(dir, ['backup', file])
+    assert.equal(result.status, 1)
+    assert.equal(result.stderr, `plantstore: The backup's FILE ${file} ends with a slash, as a directory's name does; name the file to write.\n`)
+  }
+  assert.deepEqual(readdirSync(dir).filter(name => !name.startsWith('plantstore.db')), [], 'nothing written')
+})
+
 test('plantstore backup refuses an empty FILE before copying anything', (t) => {
   const dir = tempDir(t)
   assert.equal(cli(dir, ['migrate']).status, 0)
