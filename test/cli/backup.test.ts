@@ -3,7 +3,7 @@ import { openDatabase } from '../../src/store/sqlite-driver.js'
 import { spawn } from 'node:child_process'
 import { existsSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
-import { test } from 'node:test'
+import { test, type TestContext } from 'node:test'
 import { call, cli, cliAsync, MAIN, startServer, tempDir } from '../helpers.js'
 
 test('plantstore backup copies a live store consistently, while plants are being written', async (t) => {
@@ -103,13 +103,19 @@ test('plantstore backup refuses an empty FILE before copying anything', (t) => {
   assert.deepEqual(readdirSync(dir).filter(name => name.includes('partial')), [])
 })
 
-test('plantstore backup stopped by SIGTERM or SIGINT while it copies leaves no partial copy behind (a copy made whole before the stop stays whole)', async (t) => {
+/** A store of 400,000 plants (about 30 MB) in a new directory: a copy of it takes a while. */
+function storeOf400000Plants (t: TestContext): { dir: string, dbPath: string } {
   const dir = tempDir(t)
   const dbPath = join(dir, 'plantstore.db')
   assert.equal(cli(dir, ['migrate']).status, 0)
   const seed = openDatabase(dbPath)
   seed.exec("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 400000) INSERT INTO plants (id, name) SELECT i, 'a plant with a longish name, number ' || i FROM n")
   seed.close()
+  return { dir, dbPath }
+}
+
+test('plantstore backup stopped by SIGTERM or SIGINT while it copies leaves no partial copy behind (a copy made whole before the stop stays whole)', async (t) => {
+  const { dir, dbPath } = storeOf400000Plants(t)
   for (const signal of ['SIGTERM', 'SIGINT'] as const) {
     const target = join(dir, `copy-${signal}.db`)
     const child = spawn(process.execPath, [MAIN, 'backup', target], { env: { ...process.env, DATABASE_URL: dbPath }, stdio: ['ignore', 'ignore', 'pipe'] })
@@ -130,12 +136,7 @@ test('plantstore backup stopped by SIGTERM or SIGINT while it copies leaves no p
 })
 
 test('plantstore backup stopped by SIGINT part way through a slow copy stops then: exit 130, no copy, nothing under a temporary name (the copy goes in steps, and the stop is seen between two)', async (t) => {
-  const dir = tempDir(t)
-  const dbPath = join(dir, 'plantstore.db')
-  assert.equal(cli(dir, ['migrate']).status, 0)
-  const seed = openDatabase(dbPath)
-  seed.exec("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 400000) INSERT INTO plants (id, name) SELECT i, 'a plant with a longish name, number ' || i FROM n")
-  seed.close()
+  const { dir, dbPath } = storeOf400000Plants(t)
   const target = join(dir, 'copy.db')
   // Each page written to the copy takes 2 ms more (after the first 200): the copy takes tens of seconds.
   const traced = spawn('strace', ['-f', '-qq', '-o', '/dev/null', '-e', 'trace=pwrite64', '-e', 'inject=pwrite64:delay_exit=2000:when=200+', process.execPath, MAIN, 'backup', target],
