@@ -12,6 +12,9 @@ import { endStartSignals } from './start-signals.js'
 
 /** On a store without any token, creates one with every scope and returns it, once. */
 async function bootstrapToken (store: Store): Promise<string | undefined> {
+  // Read first: a store with tokens, the usual start, needs no write (one that could wait, on
+  // PostgreSQL, for a synchronous standby that is away: the start would fail for want of it).
+  if ((await store.listTokens()).length > 0) return undefined
   const token = generateToken()
   const created = await store.createFirstToken({ name: 'initial', digest: digestOf(token), scopes: ALL_SCOPES })
   return created === undefined ? undefined : token

@@ -173,3 +173,20 @@ test('PostgreSQL, several hosts: a COMMIT that gets no answer in time, waiting f
   await waitFor(async () => searches.length === 2, 'the look ends', 10_000)
   assert.deepEqual(searches, ['slow', 'found'])
 })
+
+test('PostgreSQL, a synchronous standby away: a server starts on a store that has tokens, and serves reads and /readyz, while writes wait', { skip: CLUSTER_SKIP ?? false }, async (t) => {
+  const primary = await primaryAlone(t)
+  const first = await startServer(t, { databaseUrl: primary.url }) // makes the first token
+  first.process.kill('SIGTERM')
+  assert.equal(await first.exited, 0)
+  await primary.query("ALTER SYSTEM SET synchronous_standby_names = 'nobody'")
+  await primary.query('SELECT pg_reload_conf()')
+  await waitFor(async () => (await primary.query('SHOW synchronous_standby_names')).rows[0].synchronous_standby_names === 'nobody', 'the setting applies')
+
+  const server = await startServer(t, { databaseUrl: primary.url, token: first.token })
+  await new Promise(resolve => setTimeout(resolve, 2500)) // past the deadline of a write made at the start
+  assert.equal(server.process.exitCode, null, `the server is still running: ${server.stderr()}`)
+  assert.equal((await call(server, 'GET', '/readyz')).status, 200)
+  assert.equal((await call(server, 'GET', '/plants/1')).status, 404)
+  assert.equal((await call(server, 'POST', '/plants', { body: { id: 1, name: 'Fern' } })).status, 503, 'a write waits for the standby, and is answered 503 at its deadline')
+})
