@@ -434,10 +434,11 @@ export class PostgresStore implements Store {
     // A transaction, so that its COMMIT is checked (commit): a revocation lost in a failover must not be answered as done.
     return this.run('writes', async (answered) => await this.transaction(async (client) => {
       const now = new Date()
-      const byName = await client.query<TokenRow>('UPDATE tokens SET revoked_at = $1 WHERE name = $2 AND revoked_at IS NULL RETURNING *', [now, nameOrId])
+      // A token that expired is kept as revoked at its expiry, as when its name is taken again.
+      const byName = await client.query<TokenRow>('UPDATE tokens SET revoked_at = least(expires_at, $1) WHERE name = $2 AND revoked_at IS NULL RETURNING *', [now, nameOrId])
       if (byName.rows.length > 0) return rowToToken(byName.rows[0])
       if (!/^\d{1,18}$/.test(nameOrId)) return undefined
-      const byId = await client.query<TokenRow>('UPDATE tokens SET revoked_at = coalesce(revoked_at, $1) WHERE id = $2::int8 RETURNING *', [now, nameOrId])
+      const byId = await client.query<TokenRow>('UPDATE tokens SET revoked_at = coalesce(revoked_at, least(expires_at, $1)) WHERE id = $2::int8 RETURNING *', [now, nameOrId])
       return byId.rows.length === 0 ? undefined : rowToToken(byId.rows[0])
     }, answered))
   }

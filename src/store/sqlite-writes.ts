@@ -109,8 +109,9 @@ function prepare (db: Database.Database) {
     // An expired token keeps its row (and its history in `tokens list`) but frees its name: it is
     // marked ended at its expiry, which the unique index on active names can see.
     retireExpiredName: db.prepare('UPDATE tokens SET revoked_at = expires_at WHERE name = ? AND revoked_at IS NULL AND expires_at <= ?'),
-    revokeByName: db.prepare('UPDATE tokens SET revoked_at = ? WHERE name = ? AND revoked_at IS NULL RETURNING *').safeIntegers(false),
-    revokeById: db.prepare('UPDATE tokens SET revoked_at = coalesce(revoked_at, ?) WHERE id = ? RETURNING *').safeIntegers(false)
+    // A token that expired is kept as revoked at its expiry, as when its name is taken again.
+    revokeByName: db.prepare('UPDATE tokens SET revoked_at = CASE WHEN expires_at <= $now THEN expires_at ELSE $now END WHERE name = $key AND revoked_at IS NULL RETURNING *').safeIntegers(false),
+    revokeById: db.prepare('UPDATE tokens SET revoked_at = coalesce(revoked_at, CASE WHEN expires_at <= $now THEN expires_at ELSE $now END) WHERE id = $key RETURNING *').safeIntegers(false)
   }
 }
 
@@ -138,8 +139,9 @@ function operationsOf (sql: ReturnType<typeof prepare>, isolated: boolean) {
       return row === undefined ? undefined : rowToToken(row)
     },
     revokeToken: (nameOrId: string) => {
-      const row = (sql.revokeByName.get(Date.now(), nameOrId) ??
-        (/^\d+$/.test(nameOrId) ? sql.revokeById.get(Date.now(), Number(nameOrId)) : undefined)) as TokenRow | undefined
+      const now = Date.now()
+      const row = (sql.revokeByName.get({ now, key: nameOrId }) ??
+        (/^\d+$/.test(nameOrId) ? sql.revokeById.get({ now, key: Number(nameOrId) }) : undefined)) as TokenRow | undefined
       return row === undefined ? undefined : rowToToken(row)
     }
   }

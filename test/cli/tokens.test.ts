@@ -111,15 +111,20 @@ for (const store of testStores()) {
       assert.match(cli(database, ['tokens', 'list']).stdout, new RegExp(`\\trevoked ${String(revokedAt)}\\t`), 'its revocation time unchanged')
     })
 
-    test('revoking by id a token that expired, its name since taken by another, says it expired, and when; nothing changes', async (t) => {
+    test('revoking a token that expired, by name or by id (its name since taken by another), says it expired, and when; nothing changes', async (t) => {
       const database = await freshDatabase(t, store)
+      assert.equal(cli(database, ['tokens', 'create', '--name', 'brief', '--expires-in', '1s']).status, 0)
       assert.equal(cli(database, ['tokens', 'create', '--name', 'short', '--expires-in', '1s']).status, 0)
       await new Promise(resolve => setTimeout(resolve, 1100))
+      const byName = cli(database, ['tokens', 'revoke', 'brief'])
+      assert.equal(byName.status, 0)
+      assert.match(byName.stderr, /^Token 1 "brief" expired, at \S+; nothing changed\.\n$/)
+      assert.match(cli(database, ['tokens', 'list']).stdout, /^1\tbrief\t[^\t]+\texpired /m)
       assert.equal(cli(database, ['tokens', 'create', '--name', 'short']).status, 0)
-      const expiresAt = /^1\tshort\t.*\texpires (\S+)/m.exec(cli(database, ['tokens', 'list']).stdout)?.[1] ?? /^1\tshort\t.*\trevoked (\S+)/m.exec(cli(database, ['tokens', 'list']).stdout)?.[1]
-      const again = cli(database, ['tokens', 'revoke', '1'])
+      const expiresAt = /^2\tshort\t.*\texpires (\S+)/m.exec(cli(database, ['tokens', 'list']).stdout)?.[1]
+      const again = cli(database, ['tokens', 'revoke', '2'])
       assert.equal(again.status, 0)
-      assert.equal(again.stderr, `Token 1 "short" expired, at ${String(expiresAt)}; nothing changed.\n`)
+      assert.equal(again.stderr, `Token 2 "short" expired, at ${String(expiresAt)}; nothing changed.\n`)
     })
 
     test('revoking by id a token that another process revoked a moment ago returns only once no server can accept it any more', async (t) => {
