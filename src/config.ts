@@ -84,6 +84,9 @@ const table = {
       if (t === '') throw new ConfigError('DATABASE_URL must be a postgres:// URL or a SQLite file path, not empty.')
       // Most likely a stray space from a copy or a quote: not a name to make files by.
       if (t.trim() !== t) throw new ConfigError('DATABASE_URL begins or ends with white space; remove it (a file whose name does is written with a directory before it: ./" name").')
+      // Never a path anyone means, and one that would split every line that names it. Not quoted: it may hold a password.
+      // eslint-disable-next-line no-control-regex -- control characters are what it looks for
+      if (/[\u0000-\u001f\u007f-\u009f\u2028\u2029]/.test(t)) throw new ConfigError('DATABASE_URL holds a control character (a line break, a tab); remove it.')
       // A URL of another scheme or a mistyped one (`postgres:/`, another database) would otherwise
       // become a new SQLite file with a new first token. Only the scheme is named: the rest may
       // hold a password.

@@ -63,6 +63,12 @@ test('CORS_ORIGINS refuses what a browser never sends as an Origin, naming the v
   }
 })
 
+test('DATABASE_URL with a control character in it is refused, in one line that does not repeat it (it may hold a password)', () => {
+  for (const value of ['80\nFAKE: injected', './x\ty.db', 'postgres://u:p@h\r/d', 'a\u2028b.db', 'a\u0085b.db']) {
+    assert.throws(() => loadConfig({ DATABASE_URL: value }), (error: Error) => error instanceof ConfigError && error.message === 'DATABASE_URL holds a control character (a line break, a tab); remove it.', JSON.stringify(value))
+  }
+})
+
 test('a refused value is quoted as JSON in its message, so that a line break or a tab in it cannot split the one line', () => {
   for (const [name, value] of [['PORT', '1\n2'], ['LOG_LEVEL', 'info\nwarn'], ['HOST', 'a\tb'], ['CHANGES_RETENTION', '7d\r\n'], ['WEBHOOKS_ALLOW_PRIVATE', 'true\n'], ['CORS_ORIGINS', 'https://a.example\nhttps://b.example']]) {
     assert.throws(() => loadConfig({ [name]: value }), (error: Error) => {
