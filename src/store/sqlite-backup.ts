@@ -30,6 +30,10 @@ export async function backupSqlite (source: string, destination: string): Promis
     throw new ConfigError(why === undefined ? `There is no store at ${resolve(source)} to back up.` : `Cannot read the database at ${resolve(source)}: ${why}.`)
   }
   if (/[/\\]$/.test(destination)) throw new ConfigError(`The backup's FILE ${destination} ends with a slash, as a directory's name does; name the file to write.`)
+  // SQLite takes a file so named for the store's own: a -journal beside it, found at the next open, is rolled back into it and deleted.
+  if (['-journal', '-wal', '-shm'].some(suffix => resolve(destination) === resolve(source) + suffix)) {
+    throw new ConfigError(`${resolve(destination)} is a name SQLite keeps for the store's own files; choose another.`)
+  }
   if (existsSync(destination)) throw new ConfigError(`${resolve(destination)} already exists; a backup never overwrites a file, so remove it or choose another name.`)
   const partial = partialOf(destination)
   try {
