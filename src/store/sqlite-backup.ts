@@ -1,4 +1,4 @@
-import { closeSync, existsSync, fsyncSync, linkSync, openSync, rmSync } from 'node:fs'
+import { closeSync, existsSync, fsyncSync, linkSync, openSync, rmSync, statSync } from 'node:fs'
 import { basename, dirname, join, resolve } from 'node:path'
 import { ConfigError } from '../config.js'
 import { openDatabase } from './sqlite-driver.js'
@@ -29,7 +29,7 @@ export async function backupSqlite (source: string, destination: string): Promis
     const why = unreadable(source)
     throw new ConfigError(why === undefined ? `There is no store at ${resolve(source)} to back up.` : `Cannot read the database at ${resolve(source)}: ${why}.`)
   }
-  if (/[/\\]$/.test(destination)) throw new ConfigError(`The backup's FILE ${destination} ends with a slash, as a directory's name does; name the file to write.`)
+  if (/[/\\]$/.test(destination) || isDirectory(destination)) throw new ConfigError(`The backup's FILE ${destination} names a directory; name the file to write.`)
   // SQLite takes a file so named for the store's own: a -journal beside it, found at the next open, is rolled back into it and deleted.
   if (['-journal', '-wal', '-shm'].some(suffix => resolve(destination) === resolve(source) + suffix)) {
     throw new ConfigError(`${resolve(destination)} is a name SQLite keeps for the store's own files; choose another.`)
@@ -70,6 +70,14 @@ export async function backupSqlite (source: string, destination: string): Promis
     throw new ConfigError(`Cannot write the backup ${resolve(destination)}: ${reason}.`)
   } finally {
     removePartial(destination)
+  }
+}
+
+function isDirectory (path: string): boolean {
+  try {
+    return statSync(path).isDirectory()
+  } catch {
+    return false
   }
 }
 

@@ -83,13 +83,13 @@ test('plantstore backup refuses a missing store, a missing directory and Postgre
   assert.equal(postgres.stderr, 'plantstore: backup copies SQLite stores only; for PostgreSQL, use pg_dump.\n')
 })
 
-test('plantstore backup refuses a FILE that ends with a slash, or that SQLite would take for one of the store\'s own files, before copying anything', (t) => {
+test('plantstore backup refuses a FILE that names a directory, or that SQLite would take for one of the store\'s own files, before copying anything', (t) => {
   const dir = tempDir(t)
   assert.equal(cli(dir, ['migrate']).status, 0)
-  for (const file of [join(dir, 'sub') + '/', dir + '/']) {
+  for (const file of [join(dir, 'sub') + '/', dir + '/', dir]) {
     const result = cli(dir, ['backup', file])
     assert.equal(result.status, 1)
-    assert.equal(result.stderr, `plantstore: The backup's FILE ${file} ends with a slash, as a directory's name does; name the file to write.\n`)
+    assert.equal(result.stderr, `plantstore: The backup's FILE ${file} names a directory; name the file to write.\n`)
   }
   assert.deepEqual(readdirSync(dir).filter(name => !name.startsWith('plantstore.db')), [], 'nothing written')
   for (const suffix of ['-journal', '-wal', '-shm']) {
