@@ -13,12 +13,6 @@ const SYNC_EVERY_MS = 200
  * under way and those since), so what no one has seen stays under a tenth of the limit.
  */
 const SLICE_SHARE = 1 / 10
-/**
- * How long requests wait for a sync at most; past it they are decided alone, as while syncs fail.
- * A sync is a write of the shared store: on PostgreSQL it may wait its whole deadline (for a
- * synchronous standby that is away), and a request behind it would then take two deadlines.
- */
-const SYNC_WAIT_MS = 250
 
 /** One token in the current window, as this instance knows it. */
 interface Count {
@@ -82,8 +76,6 @@ export class RateLimiter {
   private widest = 1
   /** Syncs failed in a row: while there are any, this instance counts alone. */
   private failures = 0
-  /** The sync under way is past SYNC_WAIT_MS: until it ends, this instance counts alone. */
-  private late = false
   private warnedAt = -Infinity
   private forgotten = -Infinity
   private readonly timer?: NodeJS.Timeout
@@ -158,7 +150,7 @@ export class RateLimiter {
     if (count.known + pending >= this.limit) return 'refuse'
     if (this.shared === undefined) return 'accept'
     // Cut off from the others, each instance takes its share of what was left, so that together they keep to the limit.
-    if (this.failures > 0 || this.closed || this.late) return pending < (this.limit - count.known) / (count.instances ?? this.widest) ? 'accept' : 'refuse'
+    if (this.failures > 0 || this.closed) return pending < (this.limit - count.known) / (count.instances ?? this.widest) ? 'accept' : 'refuse'
     if (count.instances === undefined) return 'wait'
     return pending < this.slice(count.known, count.instances) ? 'accept' : 'wait'
   }
@@ -208,10 +200,6 @@ export class RateLimiter {
     const ids = new Set([...this.dirty, ...this.waiting.keys()])
     if (ids.size === 0) return
     this.syncing = true
-    const lateAfter = setTimeout(() => {
-      this.late = true
-      this.release()
-    }, SYNC_WAIT_MS)
     const window = this.window
     const sent = new Map<number, number>()
     for (const id of ids) sent.set(id, this.countOf(id).own)
@@ -238,8 +226,6 @@ export class RateLimiter {
       if (window === this.window) for (const id of sent.keys()) this.dirty.add(id)
       if (!this.closed) this.warn(error)
     }).finally(() => {
-      clearTimeout(lateAfter)
-      this.late = false
       this.syncing = false
       this.release()
       if (this.waiting.size > 0) this.sync()

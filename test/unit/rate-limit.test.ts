@@ -193,22 +193,3 @@ test('at the minute a new window starts: counts afresh, the token\'s first reque
   assert.equal(windows.starts.at(-1), T0 + 45_000, 'counted in the new window')
   assert.deepEqual(windows.forgotten, [T0 - 15_000 - WINDOW_MS, T0 - 15_000], 'once a window')
 })
-
-test('a sync that does not end (a write waiting for a synchronous standby that is away) holds requests 250 ms at most: they are decided alone, and by the sync once it ends', async (t) => {
-  const windows = memoryWindows()
-  let finish = (): void => {}
-  const hung = new Promise<void>(resolve => { finish = resolve })
-  const sync = windows.sync
-  windows.sync = async (...args) => { await hung; return await sync(...args) }
-  const limiter = limiterOf(t, { perMinute: 100, shared: windows, now: () => T0 })
-  const started = performance.now()
-  const first = ask(limiter, 1)
-  assert.equal(first.now, undefined, 'a token new to this instance waits for a sync')
-  assert.equal(await Promise.race([first.later, sleep(2000).then(() => 'still waiting')]), 'ok')
-  const waited = performance.now() - started
-  assert.ok(waited >= 200 && waited < 1000, `decided alone after ${waited.toFixed(0)} ms`)
-  assert.equal(ask(limiter, 1).now, 'ok', 'and so are the next, at once, while the sync is late')
-  finish()
-  await sleep(20)
-  assert.ok(windows.syncs >= 1)
-})
