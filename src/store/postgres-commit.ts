@@ -9,6 +9,13 @@ import { StoreUnavailableError } from '../errors.js'
  * commits locally with a WARNING (SQLSTATE class 01) or a 57P01 notice, and PostgreSQL then
  * answers COMMIT as if all were well, with the change possibly not on the standby.
  */
+const COMMIT_UNKNOWN = Symbol('plantstore.commitOutcomeUnknown')
+
+/** True for an error thrown by a COMMIT under way (commit): whether it committed is unknown. */
+export function duringCommit (error: unknown): boolean {
+  return (error as { [COMMIT_UNKNOWN]?: boolean } | null)?.[COMMIT_UNKNOWN] === true
+}
+
 export async function commit (client: pg.ClientBase): Promise<void> {
   let warning: string | undefined
   const listen = (notice: { code?: string, message?: string, detail?: string }): void => {
@@ -17,6 +24,11 @@ export async function commit (client: pg.ClientBase): Promise<void> {
   client.on('notice', listen)
   try {
     await client.query('COMMIT')
+  } catch (error) {
+    // Thrown as it is, so that the store still tells a host lost from it; marked so that the
+    // store's answer (failureOf) says the outcome is unknown.
+    if (error instanceof Error) (error as Error & { [COMMIT_UNKNOWN]?: boolean })[COMMIT_UNKNOWN] = true
+    throw error
   } finally {
     client.off('notice', listen)
   }

@@ -1,7 +1,7 @@
 import pg from 'pg'
 import { StoreUnavailableError } from '../errors.js'
 import { describe } from './describe.js'
-import { commit } from './postgres-commit.js'
+import { commit, duringCommit } from './postgres-commit.js'
 import { cancelStatement } from './postgres-cancel.js'
 import { isHostLost, isQueryTimeout, isUnavailable, isUniqueViolation } from './postgres-errors.js'
 import { databaseHosts, hostOf, sessionRefusal, type DatabaseHosts } from './postgres-hosts.js'
@@ -55,7 +55,7 @@ function rowToToken (row: TokenRow): TokenRecord {
 /** A failure as the caller sees it: the database out of reach is 503, anything else (a bug) stays an Error (500). */
 function failureOf (error: unknown): Error {
   if (error instanceof StoreUnavailableError) return error
-  return isUnavailable(error) ? new StoreUnavailableError(describe(error)) : new Error(describe(error))
+  return isUnavailable(error) ? new StoreUnavailableError(describe(error), 'unavailable', duringCommit(error)) : new Error(describe(error))
 }
 
 /**

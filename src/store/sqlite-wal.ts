@@ -134,7 +134,8 @@ export class WalSync {
    */
   private refuseFromNowOn (reason: string): void {
     this.failed = reason
-    const refusal = new StoreUnavailableError(this.failed)
+    // Committed, and not known to be on disk: these writes may be there after the restart, or not.
+    const refusal = new StoreUnavailableError(this.failed, 'unavailable', true)
     for (const batch of this.awaiting) {
       if (!batch.answered) for (const { waiter } of batch.answers) waiter.reject(refusal)
     }

@@ -7,7 +7,7 @@ import { connect, createServer, type Socket } from 'node:net'
 import { test, type TestContext } from 'node:test'
 import { StoreUnavailableError } from '../../src/errors.js'
 import { PostgresStore } from '../../src/store/postgres.js'
-import { call, isErrorBody, startServer, type Answer, type Server } from '../helpers.js'
+import { call, cliAsync, isErrorBody, startServer, type Answer, type Server } from '../helpers.js'
 import { CLUSTER_SKIP, primaryAlone, waitFor } from '../pg-cluster.js'
 import { startTcpProxy } from '../tcp-proxy.js'
 import { PG_SKIP, PG_URL, pgSchema } from '../store/postgres-helpers.js'
@@ -55,6 +55,25 @@ async function commitCutter (t: TestContext, upstream: { host: string, port: num
   })
   return { port: (server.address() as { port: number }).port, arm: (when, marker) => { armed = { when, marker: Buffer.from(marker) } }, cuts: () => cuts }
 }
+
+test('PostgreSQL: a tokens create whose COMMIT is cut says its outcome was unknown, finds the token made, unseen, and revokes it', { skip: PG_URL === undefined ? PG_SKIP : false }, async (t) => {
+  const { url } = await pgSchema(t)
+  const target = new URL(PG_URL!)
+  const cutter = await commitCutter(t, { host: target.hostname, port: Number(target.port === '' ? 5432 : target.port) })
+  const proxied = new URL(url)
+  proxied.host = `127.0.0.1:${cutter.port}`
+  assert.equal((await cliAsync(['migrate'], { DATABASE_URL: url })).status, 0)
+  cutter.arm('after', 'cutname')
+  const created = await cliAsync(['tokens', 'create', '--name', 'cutname'], { DATABASE_URL: proxied.href })
+  assert.equal(cutter.cuts(), 1, 'the COMMIT was cut')
+  assert.equal(created.status, 1)
+  assert.match(created.stderr, /^plantstore: The store did not confirm the token in time \(.*\); it was made, and token 1 is now revoked, unseen\. Create it again\.\n$/)
+  const store = await PostgresStore.open(url)
+  t.after(() => store.close())
+  const [token] = await store.listTokens()
+  assert.equal(token.name, 'cutname')
+  assert.ok(token.revokedAt !== undefined, 'made, and revoked')
+})
 
 /** The answer once the store has found its host again: a client told 503 + Retry-After tries again. */
 async function retried (server: Server, method: string, path: string, body?: unknown): Promise<Answer> {
