@@ -13,12 +13,17 @@ const DATABASE_URL = { 'database-url': { type: 'string' } } as const
 /** A name as `tokens list` prints it: escaped, so that a name stored before names were checked cannot break the line. */
 const printable = (name: string): string => JSON.stringify(name).slice(1, -1)
 
+/** Whichever ended the token first, and when: its expiry or its revocation; undefined while it is active. */
+function endOf (token: TokenRecord): { state: 'expired' | 'revoked', at: Date } | undefined {
+  const expired = token.expiresAt !== undefined && token.expiresAt.getTime() <= Date.now()
+  if (token.revokedAt !== undefined && !(expired && token.expiresAt!.getTime() <= token.revokedAt.getTime())) return { state: 'revoked', at: token.revokedAt }
+  return expired ? { state: 'expired', at: token.expiresAt! } : undefined
+}
+
 /** One line of `tokens list`, tab-separated; the state is whichever ended the token first. */
 function describeToken (token: TokenRecord): string {
-  const expired = token.expiresAt !== undefined && token.expiresAt.getTime() <= Date.now()
-  const state = token.revokedAt !== undefined && !(expired && token.expiresAt!.getTime() <= token.revokedAt.getTime())
-    ? `revoked ${token.revokedAt.toISOString()}`
-    : expired ? `expired ${token.expiresAt!.toISOString()}` : 'active'
+  const end = endOf(token)
+  const state = end === undefined ? 'active' : `${end.state} ${end.at.toISOString()}`
   const expires = token.expiresAt === undefined ? 'never expires' : `expires ${token.expiresAt.toISOString()}`
   return `${token.id}\t${printable(token.name)}\t${token.scopes.join(',')}\t${state}\tcreated ${token.createdAt.toISOString()}\t${expires}`
 }
@@ -128,11 +133,10 @@ async function revoke (store: Store, nameOrId: string): Promise<void> {
   const earlier = revoked.revokedAt !== undefined && revoked.revokedAt.getTime() < asked ? revoked.revokedAt : undefined
   // Running servers may answer from a lookup made just before the revocation; once this returns, none does.
   await sleep(Math.max(0, (earlier?.getTime() ?? Date.now()) + TOKEN_CACHE_MS + 100 - Date.now()))
-  // A token that expired has its name taken back by the next token so named: kept as revoked at its expiry.
-  const expired = earlier !== undefined && earlier.getTime() === revoked.expiresAt?.getTime()
-  process.stderr.write(earlier === undefined
+  const end = earlier === undefined ? undefined : endOf(revoked)
+  process.stderr.write(end === undefined
     ? `Revoked token ${revoked.id} "${printable(revoked.name)}"; no server accepts it any more.\n`
-    : `Token ${revoked.id} "${printable(revoked.name)}" ${expired ? 'expired' : 'was revoked already'}, at ${earlier.toISOString()}; nothing changed.\n`)
+    : `Token ${revoked.id} "${printable(revoked.name)}" ${end.state === 'expired' ? 'expired' : 'was revoked already'}, at ${end.at.toISOString()}; nothing changed.\n`)
 }
 
 const SUBCOMMANDS = {

@@ -2,6 +2,7 @@
 // `postgres://u@h1:5432,h2:5433/db?target_session_attrs=primary`. node-postgres connects to one
 // host; this module splits the URL into one per host and finds the one to write to.
 import pg from 'pg'
+import { quoted } from '../config.js'
 
 /** Which host a session may use, as libpq's `target_session_attrs`: `primary` (not in recovery), `read-write` (not read-only), `any`. */
 export type TargetSession = 'primary' | 'read-write' | 'any'
@@ -38,7 +39,7 @@ export function databaseHosts (url: string): DatabaseHosts {
   const query = new URLSearchParams(/\?([^#]*)/.exec(rest)?.[1] ?? '')
   const asked = query.get('target_session_attrs')
   if (asked !== null && !TARGETS.includes(asked as TargetSession)) {
-    throw new Error(`DATABASE_URL's target_session_attrs is "${asked}"; the service writes, so it takes ${TARGETS.join(', ')}.`)
+    throw new Error(`DATABASE_URL's target_session_attrs is ${quoted(asked)}; the service writes, so it takes ${TARGETS.join(', ')}.`)
   }
   // libpq's other way to name hosts, `?host=…`, overrides the authority: node-postgres reads it
   // for one host (a Unix socket's directory, as often as not); beside several, the hosts the
@@ -49,7 +50,7 @@ export function databaseHosts (url: string): DatabaseHosts {
   }
   const sslmode = query.get('sslmode')
   if (sslmode !== null && query.get('uselibpqcompat') !== 'false' && !SSL_MODES.includes(sslmode)) {
-    throw new Error(`DATABASE_URL's sslmode is "${sslmode}"; the service takes ${SSL_MODES.join(', ')}.`)
+    throw new Error(`DATABASE_URL's sslmode is ${quoted(sslmode)}; the service takes ${SSL_MODES.join(', ')}.`)
   }
   // The other parameters pass as they were written, for node-postgres to read. Its sslmode takes
   // libpq's meaning (require: encrypted, the certificate unchecked) only when asked to; otherwise

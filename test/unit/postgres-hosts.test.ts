@@ -75,3 +75,9 @@ test('a host named for a log line is its host and port alone', () => {
   assert.equal(hostOf('postgres:///db'), 'localhost')
   assert.equal(hostOf('postgres://u:p@ss@h1:5432/db'), 'h1:5432')
 })
+
+test('a refused sslmode or target_session_attrs is quoted in its one line, percent-encoded line breaks included', () => {
+  for (const url of ['postgres://u@h/db?sslmode=x%0AFAKE:%20injected', 'postgres://u@h1,h2/db?target_session_attrs=x%0D%0Ay']) {
+    assert.throws(() => databaseHosts(url), (error: Error) => !/[\r\n]/.test(error.message) && /"x\\[rn]/.test(error.message), url)
+  }
+})
