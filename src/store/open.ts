@@ -4,7 +4,7 @@ import { sqlstateOf } from './postgres-errors.js'
 import { NoStoreError } from './postgres-schema.js'
 import { PostgresStore } from './postgres.js'
 import { describe } from './describe.js'
-import { storeVersion, unreadable } from './sqlite-schema.js'
+import { storeAt } from './sqlite-schema.js'
 import { migrationsOf, tooNew } from './migrations.js'
 import { SqliteStore } from './sqlite.js'
 import { exportSqlite } from './sqlite-transfer.js'
@@ -49,12 +49,9 @@ export async function openStore (databaseUrl: string, { create = true }: { creat
 
 /** Refuses a path without a store, and a store of a newer plantstore (whose schema this one would only guess at). */
 function requireSqliteStore (path: string): void {
-  const version = storeVersion(path)
-  if (version === 0) {
-    const why = unreadable(path)
-    if (why !== undefined) throw new ConfigError(`Cannot read the database at ${resolve(path)}: ${ending(why)}`)
-    throw new NoStoreHereError(`There is no store at ${resolve(path)}.`)
-  }
+  const version = storeAt(path)
+  if (typeof version !== 'number') throw new ConfigError(version.unreadable)
+  if (version === 0) throw new NoStoreHereError(`There is no store at ${resolve(path)}.`)
   const newest = migrationsOf('sqlite').at(-1)?.version ?? 0
   if (version > newest) throw new ConfigError(`Cannot open the database at ${path}: ${ending(tooNew(version, newest).message)}`)
 }

@@ -2,7 +2,7 @@ import { closeSync, existsSync, fsyncSync, linkSync, openSync, rmSync, statSync 
 import { basename, dirname, join, resolve } from 'node:path'
 import { ConfigError } from '../config.js'
 import { openDatabase } from './sqlite-driver.js'
-import { holdsStore, unreadable } from './sqlite-schema.js'
+import { storeAt } from './sqlite-schema.js'
 
 /** Pages a backup step copies (4 MiB of 4 KiB pages): between two, the command sees a signal to stop. */
 const STEP_PAGES = 1024
@@ -25,10 +25,9 @@ function fsyncPath (path: string): void {
  * never seen half-written. Throws a ConfigError of one line when it cannot be made.
  */
 export async function backupSqlite (source: string, destination: string): Promise<void> {
-  if (!holdsStore(source)) {
-    const why = unreadable(source)
-    throw new ConfigError(why === undefined ? `There is no store at ${resolve(source)} to back up.` : `Cannot read the database at ${resolve(source)}: ${why}.`)
-  }
+  const found = storeAt(source)
+  if (typeof found !== 'number') throw new ConfigError(found.unreadable)
+  if (found === 0) throw new ConfigError(`There is no store at ${resolve(source)} to back up.`)
   if (/[/\\]$/.test(destination) || isDirectory(destination)) throw new ConfigError(`The backup's FILE ${destination} names a directory; name the file to write.`)
   // SQLite takes a file so named for the store's own: a -journal beside it, found at the next open, is rolled back into it and deleted.
   if (['-journal', '-wal', '-shm'].some(suffix => resolve(destination) === resolve(source) + suffix)) {

@@ -3,6 +3,7 @@ import type Database from 'better-sqlite3'
 import { openDatabase } from './sqlite-driver.js'
 import { isBusy } from './sqlite-errors.js'
 import { migrationsOf, tooNew } from './migrations.js'
+import { resolve } from 'node:path'
 
 /** The schema version a database holds (0 for a new file). */
 function versionOf (db: Database.Database): number {
@@ -48,21 +49,14 @@ function schemaAt (path: string): number | 'other' | Error | undefined {
   }
 }
 
-/** The schema version of the plant store in the file at `path`, read without changing it: 0 where it holds none. */
-export function storeVersion (path: string): number {
+/**
+ * The plant store in the file at `path`, in one read that changes nothing: its schema version (0:
+ * no store, or no such file), or, where SQLite cannot read the file, the line that says so.
+ */
+export function storeAt (path: string): number | { unreadable: string } {
   const schema = schemaAt(path)
+  if (schema instanceof Error) return { unreadable: `Cannot read the database at ${resolve(path)}: ${schema.message.replace(/\.$/, '')}.` }
   return typeof schema === 'number' ? schema : 0
-}
-
-/** Why SQLite cannot read the file at `path`, which exists: undefined when it can, or there is no file. */
-export function unreadable (path: string): string | undefined {
-  const schema = schemaAt(path)
-  return schema instanceof Error ? schema.message : undefined
-}
-
-/** Whether the file at `path` holds a plant store (plantstore's schema, of any version), read without changing it. */
-export function holdsStore (path: string): boolean {
-  return storeVersion(path) > 0
 }
 
 /** Throws when the file at `path` is another program's SQLite database: a store is made only in a file of its own, and such a file is left as it was. */
