@@ -1,4 +1,4 @@
-import { closeSync, existsSync, fsyncSync, linkSync, openSync, rmSync, statSync } from 'node:fs'
+import { closeSync, existsSync, fsyncSync, linkSync, openSync, realpathSync, rmSync, statSync } from 'node:fs'
 import { basename, dirname, join, resolve } from 'node:path'
 import { ConfigError } from '../config.js'
 import { openDatabase } from './sqlite-driver.js'
@@ -30,7 +30,7 @@ export async function backupSqlite (source: string, destination: string): Promis
   if (found === 0) throw new ConfigError(`There is no store at ${resolve(source)} to back up.`)
   if (/[/\\]$/.test(destination) || isDirectory(destination)) throw new ConfigError(`The backup's FILE ${destination} names a directory; name the file to write.`)
   // SQLite takes a file so named for the store's own: a -journal beside it, found at the next open, is rolled back into it and deleted.
-  if (['-journal', '-wal', '-shm'].some(suffix => resolve(destination) === resolve(source) + suffix)) {
+  if (['-journal', '-wal', '-shm'].some(suffix => realPath(destination) === realPath(source) + suffix)) {
     throw new ConfigError(`${resolve(destination)} is a name SQLite keeps for the store's own files; choose another.`)
   }
   if (existsSync(destination)) throw new ConfigError(`${resolve(destination)} already exists; a backup never overwrites a file, so remove it or choose another name.`)
@@ -69,6 +69,15 @@ export async function backupSqlite (source: string, destination: string): Promis
     throw new ConfigError(`Cannot write the backup ${resolve(destination)}: ${reason}.`)
   } finally {
     removePartial(destination)
+  }
+}
+
+/** `path` with its directory's symbolic links resolved (the file itself may not exist yet). */
+function realPath (path: string): string {
+  try {
+    return join(realpathSync(dirname(resolve(path))), basename(path))
+  } catch {
+    return resolve(path)
   }
 }
 

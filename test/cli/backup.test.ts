@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict'
 import { openDatabase } from '../../src/store/sqlite-driver.js'
 import { spawn } from 'node:child_process'
-import { existsSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs'
+import { existsSync, readdirSync, readFileSync, statSync, symlinkSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { test, type TestContext } from 'node:test'
 import { call, cli, cliAsync, MAIN, startServer, tempDir } from '../helpers.js'
@@ -98,6 +98,12 @@ test('plantstore backup refuses a FILE that names a directory, or that SQLite wo
     assert.equal(result.status, 1, suffix)
     assert.equal(result.stderr, `plantstore: ${file} is a name SQLite keeps for the store's own files; choose another.\n`)
   }
+  // Reached through a symbolic link to the store's directory too.
+  const link = join(tempDir(t), 'link')
+  symlinkSync(dir, link)
+  const through = cli(dir, ['backup', join(link, 'plantstore.db-journal')])
+  assert.equal(through.status, 1)
+  assert.match(through.stderr, /is a name SQLite keeps for the store's own files/)
   assert.equal(existsSync(join(dir, 'plantstore.db-journal')), false, 'no -journal beside the store')
 })
 
