@@ -13,6 +13,13 @@ const SYNC_EVERY_MS = 200
  * under way and those since), so what no one has seen stays under a tenth of the limit.
  */
 const SLICE_SHARE = 1 / 10
+/**
+ * A sync still under way after this long has its waiting tokens told the other instances' part
+ * with a read (RateWindows.others), and they are decided on it, each within its slice. A sync
+ * writes, and on PostgreSQL may wait its whole deadline to commit (for a synchronous standby
+ * that is away); a request behind it would wait as long, then for its own work.
+ */
+const PEEK_AFTER_MS = 250
 
 /** One token in the current window, as this instance knows it. */
 interface Count {
@@ -200,6 +207,7 @@ export class RateLimiter {
     const ids = new Set([...this.dirty, ...this.waiting.keys()])
     if (ids.size === 0) return
     this.syncing = true
+    const peek = setTimeout(() => { this.peek(window) }, PEEK_AFTER_MS)
     const window = this.window
     const sent = new Map<number, number>()
     for (const id of ids) sent.set(id, this.countOf(id).own)
@@ -226,10 +234,34 @@ export class RateLimiter {
       if (window === this.window) for (const id of sent.keys()) this.dirty.add(id)
       if (!this.closed) this.warn(error)
     }).finally(() => {
+      clearTimeout(peek)
       this.syncing = false
       this.release()
       if (this.waiting.size > 0) this.sync()
     })
+  }
+
+  /**
+   * Reads the other instances' part for the tokens that wait on the slow sync of `window` and have
+   * never been synced here, and decides their requests on it (release): each accepts up to its
+   * slice, as after a sync, and waits past it. What the others have not seen of this instance is
+   * still at most two slices (this one and the one in the sync under way).
+   */
+  private peek (window: number): void {
+    const ids = [...this.waiting.keys()].filter(id => this.countOf(id).instances === undefined)
+    if (this.shared === undefined || ids.length === 0) return
+    this.shared.others(this.instance, window, window - WINDOW_MS, ids).then(answers => {
+      if (window !== this.window || !this.syncing) return
+      for (const id of ids) {
+        const count = this.counts.get(id)
+        if (count === undefined || count.instances !== undefined) continue // synced meanwhile
+        const others = answers.get(id)
+        count.known = count.synced + (others?.total ?? 0)
+        count.instances = others?.instances ?? 1
+        this.widest = Math.max(this.widest, count.instances)
+      }
+      this.release()
+    }, () => {}) // the sync's own failure, at its deadline, is what counts
   }
 
   /** Decides again the requests waiting on a sync, in order, until one of a token must wait again. */

@@ -77,6 +77,12 @@ FROM mine LEFT JOIN rate_windows other
   ON other.token_id = mine.token_id AND other.window_start BETWEEN $5::int8 AND $1::int8 AND other.instance_id <> $2
 GROUP BY mine.token_id, mine.requests`
 
+/** The other instances' part of SYNC_SQL's answer, for the token ids `$3`: a read, no commit to wait for. */
+const OTHERS_SQL = `SELECT token_id, coalesce(sum(requests) FILTER (WHERE window_start = $1::int8), 0)::int8 AS total,
+  1 + count(DISTINCT instance_id) AS instances
+FROM rate_windows WHERE token_id = ANY($3::int8[]) AND window_start BETWEEN $4::int8 AND $1::int8 AND instance_id <> $2
+GROUP BY token_id`
+
 /** Every connection's settings for `url`, the pool's and those of its own: int8 as bigint, the connect within the deadline, TCP keepalive. */
 function connectionConfig (url: string, limits: PostgresLimits): pg.ClientConfig {
   return {
@@ -184,6 +190,10 @@ export class PostgresStore implements Store {
   readonly rateWindows: RateWindows = {
     sync: (instance, start, since, counts) => this.autocommit(async () => {
       const { rows } = await this.query<{ token_id: bigint, total: bigint, instances: bigint }>(SYNC_SQL, [start, instance, [...counts.keys()], [...counts.values()], since])
+      return new Map<number, SharedCount>(rows.map(row => [Number(row.token_id), { total: Number(row.total), instances: Number(row.instances) }]))
+    }),
+    others: (instance, start, since, ids) => this.run('reads', async () => {
+      const { rows } = await this.query<{ token_id: bigint, total: bigint, instances: bigint }>(OTHERS_SQL, [start, instance, ids, since])
       return new Map<number, SharedCount>(rows.map(row => [Number(row.token_id), { total: Number(row.total), instances: Number(row.instances) }]))
     }),
     forget: (before) => this.autocommit(async () => { await this.query('DELETE FROM rate_windows WHERE window_start < $1::int8', [before]) })

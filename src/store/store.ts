@@ -124,6 +124,13 @@ export interface RateWindows {
    * retried or late sync changes nothing.
    */
   sync (instance: string, start: number, since: number, counts: Map<number, number>): Promise<Map<number, SharedCount>>
+  /**
+   * The other instances' part alone, read without writing: for each of the token `ids` that
+   * another instance counted since `since`, their total in the window that starts at `start` and
+   * how many instances counted it, this one included. For a sync slow to commit (a synchronous
+   * standby away): the requests waiting on it are decided on this meanwhile.
+   */
+  others (instance: string, start: number, since: number, ids: number[]): Promise<Map<number, SharedCount>>
   /** Deletes the counts of windows that start before `before`. */
   forget (before: number): Promise<void>
 }

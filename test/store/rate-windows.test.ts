@@ -22,6 +22,7 @@ function counted (windows: RateWindows): RateWindows & { syncs: number } {
   const wrapped = {
     syncs: 0,
     sync: (...args: Parameters<RateWindows['sync']>) => { wrapped.syncs++; return windows.sync(...args) },
+    others: (...args: Parameters<RateWindows['others']>) => windows.others(...args),
     forget: (before: number) => windows.forget(before)
   }
   return wrapped
@@ -43,6 +44,9 @@ if (PG_URL === undefined) {
     assert.deepEqual(await windows.sync('a', W, W - WINDOW_MS, new Map([[7, 4]])), new Map([[7, { total: 8, instances: 2 }]]), 'a late or retried sync lowers nothing')
     await windows.sync('c', W - WINDOW_MS, W - 2 * WINDOW_MS, new Map([[7, 50]]))
     assert.deepEqual(await windows.sync('a', W, W - WINDOW_MS, new Map([[7, 6]])), new Map([[7, { total: 9, instances: 3 }]]), 'c served the token in the window before: an instance, but not in the total')
+    // The others' part alone, read: what a sync would add to a's own count, for the tokens others counted.
+    assert.deepEqual(await windows.others('a', W, W - WINDOW_MS, [7, 8, 9]), new Map([[7, { total: 3, instances: 3 }]]))
+    assert.deepEqual(await windows.others('d', W, W - WINDOW_MS, [7, 8]), new Map([[7, { total: 9, instances: 4 }], [8, { total: 1, instances: 2 }]]))
     assert.deepEqual(await windows.sync('a', W, W, new Map([[7, 6]])), new Map([[7, { total: 9, instances: 2 }]]))
     assert.deepEqual(await windows.sync('d', W, W - WINDOW_MS, new Map()), new Map(), 'nothing to sync, nothing answered')
     await windows.forget(W)

@@ -38,6 +38,15 @@ function memoryWindows () {
       }
       return answers
     },
+    async others (instance: string, start: number, since: number, ids: number[]): Promise<Map<number, SharedCount>> {
+      const answers = new Map<number, SharedCount>()
+      for (const id of ids) {
+        const others = [...rows.values()].filter(row => row.id === id && row.instance !== instance && row.start >= since && row.start <= start)
+        if (others.length === 0) continue
+        answers.set(id, { total: others.filter(row => row.start === start).reduce((sum, row) => sum + row.requests, 0), instances: 1 + new Set(others.map(row => row.instance)).size })
+      }
+      return answers
+    },
     async forget (before: number) {
       windows.forgotten.push(before)
     }
@@ -192,4 +201,38 @@ test('at the minute a new window starts: counts afresh, the token\'s first reque
   assert.equal(await ask(limiter, 7).later, 'ok')
   assert.equal(windows.starts.at(-1), T0 + 45_000, 'counted in the new window')
   assert.deepEqual(windows.forgotten, [T0 - 15_000 - WINDOW_MS, T0 - 15_000], 'once a window')
+})
+
+test('a sync slow to commit (a synchronous standby away) holds requests 250 ms, not its deadline: the others\' part is read, and a token new here is decided on it, within its slice', async (t) => {
+  const windows = memoryWindows()
+  let finish = (): void => {}
+  const hung = new Promise<void>(resolve => { finish = resolve })
+  const sync = windows.sync
+  windows.sync = async (...args) => { await hung; return await sync(...args) }
+  const limiter = limiterOf(t, { perMinute: 100, shared: windows, now: () => T0 })
+  const started = performance.now()
+  const asked = Array.from({ length: 10 }, () => ask(limiter, 1))
+  assert.ok(asked.every(request => request.now === undefined), 'a token new to this instance waits for a sync')
+  const within = await Promise.race([Promise.all(asked.slice(0, 5).map(request => request.later)), sleep(2000).then(() => 'still waiting')])
+  assert.deepEqual(within, ['ok', 'ok', 'ok', 'ok', 'ok'], 'its slice: 100 over 10, over twice one instance')
+  const waited = performance.now() - started
+  assert.ok(waited >= 200 && waited < 1000, `decided after ${waited.toFixed(0)} ms`)
+  let settled = 0
+  for (const request of asked.slice(5)) request.later.then(() => { settled++ }, () => {})
+  await sleep(100)
+  assert.equal(settled, 0, 'past the slice, requests wait for the sync')
+  finish()
+  assert.deepEqual(await Promise.all(asked.slice(5).map(request => request.later)), ['ok', 'ok', 'ok', 'ok', 'ok'], 'and are decided by it')
+})
+
+test('fresh instances whose syncs are slow keep the service within a tenth over the limit: each takes its slice before the sync, not the whole limit', async (t) => {
+  for (const delay of [100, 300, 1000]) {
+    const windows = memoryWindows()
+    const sync = windows.sync
+    windows.sync = async (...args) => { await sleep(delay); return await sync(...args) }
+    const limiters = [limiterOf(t, { perMinute: 100, shared: windows, now: () => T0 }), limiterOf(t, { perMinute: 100, shared: windows, now: () => T0 })]
+    const outcomes = await Promise.all(limiters.flatMap(limiter => Array.from({ length: 150 }, () => ask(limiter, 1).later)))
+    const accepted = outcomes.filter(outcome => outcome === 'ok').length
+    assert.ok(accepted >= 100 && accepted <= 110, `syncs of ${delay} ms: ${accepted} accepted of a limit of 100`)
+  }
 })
