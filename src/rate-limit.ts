@@ -81,6 +81,8 @@ export class RateLimiter {
   private closed = false
   /** The most instances any sync has reported for a token: the share taken alone for a token not synced yet. */
   private widest = 1
+  /** Syncs sent so far: a peek stands in for one of them only. */
+  private syncsSent = 0
   /** Syncs failed in a row: while there are any, this instance counts alone. */
   private failures = 0
   private warnedAt = -Infinity
@@ -207,8 +209,9 @@ export class RateLimiter {
     const ids = new Set([...this.dirty, ...this.waiting.keys()])
     if (ids.size === 0) return
     this.syncing = true
-    const peek = setTimeout(() => { this.peek(window) }, PEEK_AFTER_MS)
     const window = this.window
+    const sync = ++this.syncsSent
+    const peek = setTimeout(() => { this.peek(window, sync) }, PEEK_AFTER_MS)
     const sent = new Map<number, number>()
     for (const id of ids) sent.set(id, this.countOf(id).own)
     this.dirty.clear()
@@ -247,18 +250,19 @@ export class RateLimiter {
    * slice, as after a sync, and waits past it. What the others have not seen of this instance is
    * still at most two slices (this one and the one in the sync under way).
    */
-  private peek (window: number): void {
+  private peek (window: number, sync: number): void {
     const ids = [...this.waiting.keys()].filter(id => this.countOf(id).instances === undefined)
     if (this.shared === undefined || ids.length === 0) return
     this.shared.others(this.instance, window, window - WINDOW_MS, ids).then(answers => {
-      if (window !== this.window || !this.syncing) return
+      // Only while the slow sync it stands in for is still under way.
+      if (window !== this.window || !this.syncing || sync !== this.syncsSent) return
       for (const id of ids) {
         const count = this.counts.get(id)
         if (count === undefined || count.instances !== undefined) continue // synced meanwhile
         const others = answers.get(id)
         count.known = count.synced + (others?.total ?? 0)
-        count.instances = others?.instances ?? 1
-        this.widest = Math.max(this.widest, count.instances)
+        // Other instances' first syncs of the token may be stuck too, unseen: as many as served any.
+        count.instances = Math.max(others?.instances ?? 1, this.widest)
       }
       this.release()
     }, () => {}) // the sync's own failure, at its deadline, is what counts

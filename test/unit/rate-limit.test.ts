@@ -236,3 +236,46 @@ test('fresh instances whose syncs are slow keep the service within a tenth over 
     assert.ok(accepted >= 100 && accepted <= 110, `syncs of ${delay} ms: ${accepted} accepted of a limit of 100`)
   }
 })
+
+/** `windows` whose syncs wait for the returned `finish` (a commit waiting for an absent standby), or fail when it is given an error. */
+function hangingSyncs (windows: ReturnType<typeof memoryWindows>): (error?: Error) => void {
+  let finish: (error?: Error) => void = () => {}
+  const hung = new Promise<void>((resolve, reject) => { finish = error => { if (error === undefined) resolve(); else reject(error) } })
+  const sync = windows.sync
+  windows.sync = async (...args) => { await hung; return await sync(...args) }
+  return error => { finish(error) }
+}
+
+test('while a sync is slow, a token new here is decided on what the other instances counted: their total and their number set its slice', async (t) => {
+  const windows = memoryWindows()
+  // Another instance has counted 95 of the 100 in this window.
+  const start = T0 - (T0 % WINDOW_MS)
+  windows.rows.set(`${start} 1 other`, { start, id: 1, instance: 'other', requests: 95 })
+  const finish = hangingSyncs(windows)
+  const limiter = limiterOf(t, { perMinute: 100, shared: windows, now: () => T0 })
+  let decided = 0
+  const asked = Array.from({ length: 10 }, () => ask(limiter, 1))
+  for (const request of asked) request.later.then(() => { decided++ }, () => {})
+  await sleep(600)
+  // 5 left over two instances: a slice of 1 (with the others' count ignored, or one instance, 2).
+  assert.equal(decided, 1, 'one request, its slice; the rest wait for the sync')
+  finish()
+  const outcomes = await Promise.all(asked.map(request => request.later))
+  assert.equal(outcomes.filter(outcome => outcome === 'ok').length, 5, 'then the sync decides: 5 more fit under the limit')
+})
+
+test('a slow sync that then fails leaves a token new here counting alone with as many instances as served any token, not with one', async (t) => {
+  const windows = memoryWindows()
+  const start = T0 - (T0 % WINDOW_MS)
+  // Five instances served token 1: this one learns so from its first sync.
+  for (const instance of ['b', 'c', 'd', 'e']) windows.rows.set(`${start} 1 ${instance}`, { start, id: 1, instance, requests: 1 })
+  const limiter = limiterOf(t, { perMinute: 100, shared: windows, now: () => T0 })
+  assert.equal(await ask(limiter, 1).later, 'ok')
+  const fail = hangingSyncs(windows)
+  const asked = Array.from({ length: 100 }, () => ask(limiter, 2))
+  await sleep(400) // the peek finds no one else on token 2: their first syncs may be stuck as well
+  fail(new Error('the standby is away'))
+  const outcomes = await Promise.all(asked.map(request => request.later))
+  const accepted = outcomes.filter(outcome => outcome === 'ok').length
+  assert.ok(accepted <= 20, `${accepted} accepted alone: a fifth of the limit at most`)
+})
