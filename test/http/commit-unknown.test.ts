@@ -16,12 +16,15 @@ import { PG_SKIP, PG_URL, pgSchema } from '../store/postgres-helpers.js'
 const COMMIT = Buffer.concat([Buffer.from('Q'), Buffer.from([0, 0, 0, 11]), Buffer.from('COMMIT\0')])
 
 /**
- * A TCP proxy to `upstream` that, once armed, cuts the connection that sends the next COMMIT after
+ * A TCP proxy to the PostgreSQL server of `database` (its `url`: the same database through the
+ * proxy) that, once armed, cuts the connection that sends the next COMMIT after
  * a statement holding `marker` (the request's own transaction, not one of the server's own, such as
  * the prune of old webhook deliveries): after passing it on (`after`: the server commits, the answer is lost)
  * or instead of it (`before`: nothing is committed).
  */
-async function commitCutter (t: TestContext, upstream: { host: string, port: number }): Promise<{ port: number, arm: (when: 'before' | 'after', marker: string) => void, cuts: () => number }> {
+async function commitCutter (t: TestContext, database: string): Promise<{ url: string, arm: (when: 'before' | 'after', marker: string) => void, cuts: () => number }> {
+  const target = new URL(database)
+  const upstream = { host: target.hostname, port: Number(target.port === '' ? 5432 : target.port) }
   let armed: { when: 'before' | 'after', marker: Buffer } | undefined
   let cuts = 0
   const sockets = new Set<Socket>()
@@ -53,18 +56,17 @@ async function commitCutter (t: TestContext, upstream: { host: string, port: num
     for (const socket of sockets) socket.destroy()
     await new Promise(resolve => server.close(resolve))
   })
-  return { port: (server.address() as { port: number }).port, arm: (when, marker) => { armed = { when, marker: Buffer.from(marker) } }, cuts: () => cuts }
+  const proxied = new URL(database)
+  proxied.host = `127.0.0.1:${(server.address() as { port: number }).port}`
+  return { url: proxied.href, arm: (when, marker) => { armed = { when, marker: Buffer.from(marker) } }, cuts: () => cuts }
 }
 
 test('PostgreSQL: a tokens create whose COMMIT is cut says its outcome was unknown, finds the token made, unseen, and revokes it', { skip: PG_URL === undefined ? PG_SKIP : false }, async (t) => {
   const { url } = await pgSchema(t)
-  const target = new URL(PG_URL!)
-  const cutter = await commitCutter(t, { host: target.hostname, port: Number(target.port === '' ? 5432 : target.port) })
-  const proxied = new URL(url)
-  proxied.host = `127.0.0.1:${cutter.port}`
+  const cutter = await commitCutter(t, url)
   assert.equal((await cliAsync(['migrate'], { DATABASE_URL: url })).status, 0)
   cutter.arm('after', 'cutname')
-  const created = await cliAsync(['tokens', 'create', '--name', 'cutname'], { DATABASE_URL: proxied.href })
+  const created = await cliAsync(['tokens', 'create', '--name', 'cutname'], { DATABASE_URL: cutter.url })
   assert.equal(cutter.cuts(), 1, 'the COMMIT was cut')
   assert.equal(created.status, 1)
   assert.match(created.stderr, /^plantstore: The store did not confirm the token in time \(.*\); it was made, and token 1 is now revoked, unseen\. Create it again\.\n$/)
@@ -87,11 +89,8 @@ async function retried (server: Server, method: string, path: string, body?: unk
 
 test('PostgreSQL: the connection lost while COMMIT is under way is a 503, whether or not it committed; the identical retry answers the truth', { skip: PG_URL === undefined ? PG_SKIP : false }, async (t) => {
   const { url } = await pgSchema(t)
-  const target = new URL(PG_URL!)
-  const cutter = await commitCutter(t, { host: target.hostname, port: Number(target.port === '' ? 5432 : target.port) })
-  const proxied = new URL(url)
-  proxied.host = `127.0.0.1:${cutter.port}`
-  const server = await startServer(t, { databaseUrl: proxied.href })
+  const cutter = await commitCutter(t, url)
+  const server = await startServer(t, { databaseUrl: cutter.url })
 
   for (const [when, id] of [['after', 1], ['before', 2]] as const) {
     const body = { id, name: `cut ${when} COMMIT` }
