@@ -45,6 +45,9 @@ function integer (name: string, text: string, min: number, max: number): number 
   return Number(text)
 }
 
+/** `cause` as the end of a sentence: one full stop, whether or not the cause brought its own. */
+export const ending = (cause: string): string => `${cause.replace(/\.$/, '')}.`
+
 /** Quotes text given from outside (a setting, an argument) for a message, so that a tab or a line break cannot split its line. */
 export function quoted (text: string): string {
   return JSON.stringify(text)

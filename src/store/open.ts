@@ -1,5 +1,5 @@
 import { resolve } from 'node:path'
-import { ConfigError, isPostgresUrl } from '../config.js'
+import { ConfigError, ending, isPostgresUrl } from '../config.js'
 import { sqlstateOf } from './postgres-errors.js'
 import { NoStoreError } from './postgres-schema.js'
 import { PostgresStore } from './postgres.js'
@@ -12,9 +12,6 @@ import type { PlantRecord, Store } from './store.js'
 
 /** There is no store where a command that only reads (`create: false`) was pointed: nothing was created. */
 export class NoStoreHereError extends ConfigError {}
-
-/** `cause` as the end of a sentence: one full stop, whether or not the cause brought its own. */
-const ending = (cause: string): string => `${cause.replace(/\.$/, '')}.`
 
 /**
  * Opens the store that `databaseUrl` names, creating and migrating it if needed: PostgreSQL for

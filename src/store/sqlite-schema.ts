@@ -4,6 +4,7 @@ import { openDatabase } from './sqlite-driver.js'
 import { isBusy } from './sqlite-errors.js'
 import { migrationsOf, tooNew } from './migrations.js'
 import { resolve } from 'node:path'
+import { ending } from '../config.js'
 
 /** The schema version a database holds (0 for a new file). */
 function versionOf (db: Database.Database): number {
@@ -55,7 +56,7 @@ function schemaAt (path: string): number | 'other' | Error | undefined {
  */
 export function storeAt (path: string): number | { unreadable: string } {
   const schema = schemaAt(path)
-  if (schema instanceof Error) return { unreadable: `Cannot read the database at ${resolve(path)}: ${schema.message.replace(/\.$/, '')}.` }
+  if (schema instanceof Error) return { unreadable: `Cannot read the database at ${resolve(path)}: ${ending(schema.message)}` }
   return typeof schema === 'number' ? schema : 0
 }
 
