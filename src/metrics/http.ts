@@ -62,10 +62,15 @@ interface Outcome {
 export function requestRecorder (metrics: Metrics, log: Logger): (request: FastifyRequest, reply: FastifyReply) => void {
   const { state } = metrics
   const logging = log.isLevelEnabled('info')
-  const known = new Map<string, Outcome>()
+  // By method, then route, then status: lookups of the strings and numbers a request has already,
+  // where one key per request would be a new string to build and hash (several times the cost).
+  const known = new Map<string, Map<string | undefined, Map<number, Outcome>>>()
   const outcomeOf = (method: string, url: string | undefined, status: number): Outcome => {
-    const key = `${method} ${url ?? ''} ${status}`
-    let outcome = known.get(key)
+    let routes = known.get(method)
+    if (routes === undefined) known.set(method, routes = new Map())
+    let statuses = routes.get(url)
+    if (statuses === undefined) routes.set(url, statuses = new Map())
+    let outcome = statuses.get(status)
     if (outcome === undefined) {
       // The route as the document writes it (`/plants/{id}`), in the metrics and the log alike.
       const route = url?.replace(/:(\w+)/g, '{$1}')
@@ -73,7 +78,7 @@ export function requestRecorder (metrics: Metrics, log: Logger): (request: Fasti
         series: url === '/metrics' ? undefined : metrics.requests.series({ method, route: route ?? UNMATCHED, status: String(status) }),
         log: logging ? log.child({ method, route: route ?? null, status }) : undefined
       }
-      known.set(key, outcome)
+      statuses.set(status, outcome)
     }
     return outcome
   }
