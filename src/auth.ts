@@ -1,4 +1,4 @@
-import type { FastifyInstance, FastifyRequest, onRequestHookHandler } from 'fastify'
+import type { FastifyInstance, FastifyRequest, HookHandlerDoneFunction, onRequestHookHandler } from 'fastify'
 import { ApiError } from './errors.js'
 import type { Scope, Store, TokenRecord } from './store/store.js'
 import { TokenCache } from './token-cache.js'
@@ -23,16 +23,24 @@ function tokenOf (request: FastifyRequest): string | undefined {
 }
 
 /**
- * The token's record if it may make a request that needs `scope`. A missing, malformed, unknown,
- * expired or revoked token is one failure, so the reply does not tell which.
+ * Why a token's record may not make a request that needs `scope`, or undefined when it may. A
+ * missing, malformed, unknown, expired or revoked token is one failure, so the reply does not
+ * tell which.
  */
-function authorize (record: TokenRecord | undefined, scope: Scope): TokenRecord {
-  if (record === undefined || record.revokedAt !== undefined) throw new ApiError('badToken')
-  if (record.expiresAt !== undefined && record.expiresAt.getTime() <= Date.now()) throw new ApiError('badToken')
+function refusalOf (record: TokenRecord | undefined, scope: Scope): ApiError | undefined {
+  if (record === undefined || record.revokedAt !== undefined) return new ApiError('badToken')
+  if (record.expiresAt !== undefined && record.expiresAt.getTime() <= Date.now()) return new ApiError('badToken')
   if (!record.scopes.includes(scope)) {
-    throw new ApiError('missingScope', `This token lacks the "${scope}" scope this operation needs.`, { 'www-authenticate': `Bearer error="insufficient_scope", scope="${scope}"` })
+    return new ApiError('missingScope', `This token lacks the "${scope}" scope this operation needs.`, { 'www-authenticate': `Bearer error="insufficient_scope", scope="${scope}"` })
   }
-  return record
+  return undefined
+}
+
+/** Lets the request go on with its token's record, or answers it with the refusal. */
+function admit (request: FastifyRequest, record: TokenRecord | undefined, scope: Scope, done: HookHandlerDoneFunction): void {
+  const refusal = refusalOf(record, scope)
+  if (refusal === undefined) request.token = record
+  done(refusal)
 }
 
 /**
@@ -48,17 +56,9 @@ export function installAuth (app: FastifyInstance, store: Store, after: onReques
   const requireScope = (scope: Scope): onRequestHookHandler => (request, _reply, done) => {
     const token = tokenOf(request)
     if (token === undefined) return done(new ApiError('badToken'))
-    const finish = (record: TokenRecord | undefined): void => {
-      try {
-        request.token = authorize(record, scope)
-      } catch (error) {
-        return done(error as ApiError)
-      }
-      done()
-    }
     const checked = cache.check(token)
-    if (checked instanceof Promise) checked.then(finish, done)
-    else finish(checked)
+    if (checked instanceof Promise) checked.then(record => { admit(request, record, scope, done) }, done)
+    else admit(request, checked, scope, done)
   }
   app.addHook('onRoute', (route) => {
     const scope = route.config?.scope
@@ -68,14 +68,7 @@ export function installAuth (app: FastifyInstance, store: Store, after: onReques
   })
   return async (request, scope) => {
     const token = tokenOf(request)
-    if (token === undefined) return false
-    try {
-      authorize(await cache.check(token), scope)
-      return true
-    } catch (error) {
-      if (error instanceof ApiError) return false
-      throw error
-    }
+    return token !== undefined && refusalOf(await cache.check(token), scope) === undefined
   }
 }
 
