@@ -1,5 +1,5 @@
 // The service's node:http server: its timeouts, and the order and bounds of pipelined requests.
-import { createServer, type ServerResponse } from 'node:http'
+import { createServer, type Server, type ServerResponse } from 'node:http'
 import type { Socket } from 'node:net'
 import type { FastifyServerFactory } from 'fastify'
 
@@ -8,6 +8,19 @@ export const KEEP_ALIVE_TIMEOUT_MS = 72_000
 
 /** How often Node looks for requests that are late in arriving: the 408 leaves this long after the limit at most. */
 const ARRIVAL_CHECK_MS = 100
+
+/** How often the connections are looked at for one on which no byte moves: it closes this long after its limit at most. */
+const STALL_CHECK_MS = 1000
+
+/**
+ * How long a connection may go without a byte moving either way before it is closed: longer than
+ * a long poll's 60 s (which writes nothing until it answers; a stream writes a comment every 10 s),
+ * than Node takes to close an idle keep-alive connection (the keep-alive timeout and a second), and
+ * than a request may take to arrive, so that a late one still gets its 408 first.
+ */
+export function stalledAfterMs (requestTimeoutMs: number): number {
+  return Math.max(KEEP_ALIVE_TIMEOUT_MS + 3000, requestTimeoutMs + 2 * ARRIVAL_CHECK_MS)
+}
 
 /**
  * How many requests of one connection may wait for the answers before theirs before Node stops
@@ -45,10 +58,11 @@ type Connection = Socket & { [WAITING]?: number }
  * A request's headers and body may take `requestTimeoutMs` to arrive; one still arriving then is
  * answered 408 (clientErrorHandler) and its connection closed, at Node's next look for late
  * requests: never before the limit, and at most ARRIVAL_CHECK_MS after it. `pipelined.waiting`
- * counts the requests waiting in all its connections.
+ * counts the requests waiting in all its connections. A connection on which no byte moves for
+ * `stalledMs` is closed (closeStalled).
  */
-export function httpServer (requestTimeoutMs: number, pipelined = { waiting: 0 }): FastifyServerFactory {
-  return (handler) => Object.assign(createServer({
+export function httpServer (requestTimeoutMs: number, pipelined = { waiting: 0 }, stalledMs = stalledAfterMs(requestTimeoutMs)): FastifyServerFactory {
+  return (handler) => closeStalled(Object.assign(createServer({
     requestTimeout: requestTimeoutMs,
     headersTimeout: requestTimeoutMs,
     keepAliveTimeout: KEEP_ALIVE_TIMEOUT_MS,
@@ -85,11 +99,37 @@ export function httpServer (requestTimeoutMs: number, pipelined = { waiting: 0 }
     // Every header line is read, however many: Node would drop those past its count (1,000),
     // and the checks would not see them (a second Authorization, an Expect). The size limit
     // (16 KiB, then 431) bounds them.
-    maxHeadersCount: 0,
-    // A connection whose answer moves no byte for this long (a client that stops reading it) is
-    // closed, so that it holds the answer's memory no longer. Longer than a long poll's 60 s,
-    // which writes nothing until it answers (a stream writes a comment every 10 s), and than a
-    // request may take to arrive, so that a late one still gets its 408 first.
-    timeout: Math.max(KEEP_ALIVE_TIMEOUT_MS, requestTimeoutMs + 2 * ARRIVAL_CHECK_MS)
+    maxHeadersCount: 0
+  }), stalledMs)
+}
+
+/**
+ * Closes a connection on which no byte has moved either way for `stalledMs` (a client that stops
+ * reading its answer would hold the answer's memory for as long as it likes). Node's own socket
+ * timeout would do the same, but it makes a new timer for each request and moves it on every read
+ * and write, a measurable share of a POST (docs/performance.md); this looks at each connection once
+ * every STALL_CHECK_MS instead. The bytes that count as moved: those read, and those written that
+ * the kernel has taken (written, less those still waiting to go).
+ */
+function closeStalled<S extends Server> (server: S, stalledMs: number): S {
+  const watched = new Map<Socket, { moved: number, at: number }>()
+  server.on('connection', (socket: Socket) => {
+    watched.set(socket, { moved: 0, at: performance.now() })
+    socket.once('close', () => watched.delete(socket))
   })
+  const check = setInterval(() => {
+    const now = performance.now()
+    for (const [socket, last] of watched) {
+      const moved = socket.bytesRead + (socket.bytesWritten ?? 0) - socket.writableLength
+      if (moved !== last.moved) {
+        last.moved = moved
+        last.at = now
+      } else if (now - last.at >= stalledMs) {
+        socket.destroy()
+      }
+    }
+  }, STALL_CHECK_MS)
+  check.unref()
+  server.once('close', () => { clearInterval(check) })
+  return server
 }
