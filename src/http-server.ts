@@ -103,33 +103,52 @@ export function httpServer (requestTimeoutMs: number, pipelined = { waiting: 0 }
   }), stalledMs)
 }
 
+/** A connection, with what Node keeps of its writes not yet taken: buffered behind the one under way, and that one's bytes still queued for the kernel (libuv's queue, which Node's own socket timeout reads). */
+type Watched = Socket & { writableBuffer: Array<{ chunk: Buffer | string, encoding: BufferEncoding }>, _handle?: { writeQueueSize?: number } | null }
+
+/**
+ * The bytes that have moved on a connection: read, and written that the kernel has taken. Node
+ * counts a write as written when it hands it to libuv, and a write still buffered behind it too
+ * (bytesWritten); libuv takes a large one into the kernel a piece at a time (writeQueueSize is what
+ * it has yet to). Counted in bytes: a string's length is not its size.
+ */
+function bytesMoved (socket: Watched): number {
+  let waiting = socket._handle?.writeQueueSize ?? 0
+  for (const { chunk, encoding } of socket.writableBuffer) waiting += typeof chunk === 'string' ? Buffer.byteLength(chunk, encoding) : chunk.length
+  return socket.bytesRead + (socket.bytesWritten ?? 0) - waiting
+}
+
 /**
  * Closes a connection on which no byte has moved either way for `stalledMs` (a client that stops
  * reading its answer would hold the answer's memory for as long as it likes). Node's own socket
  * timeout would do the same, but it makes a new timer for each request and moves it on every read
  * and write, a measurable share of a POST (docs/performance.md); this looks at each connection once
- * every STALL_CHECK_MS instead. The bytes that count as moved: those read, and those written that
- * the kernel has taken (written, less those still waiting to go).
+ * every STALL_CHECK_MS while the server listens, and closes one that has not moved in more looks
+ * than `stalledMs` holds, so never before `stalledMs`.
  */
 function closeStalled<S extends Server> (server: S, stalledMs: number): S {
-  const watched = new Map<Socket, { moved: number, at: number }>()
+  const looks = Math.ceil(stalledMs / STALL_CHECK_MS)
+  const watched = new Map<Socket, { moved: number, still: number }>()
   server.on('connection', (socket: Socket) => {
-    watched.set(socket, { moved: 0, at: performance.now() })
+    watched.set(socket, { moved: 0, still: 0 })
     socket.once('close', () => watched.delete(socket))
   })
-  const check = setInterval(() => {
-    const now = performance.now()
+  const look = (): void => {
     for (const [socket, last] of watched) {
-      const moved = socket.bytesRead + (socket.bytesWritten ?? 0) - socket.writableLength
+      const moved = bytesMoved(socket as Watched)
       if (moved !== last.moved) {
         last.moved = moved
-        last.at = now
-      } else if (now - last.at >= stalledMs) {
+        last.still = 0
+      } else if (++last.still > looks) {
         socket.destroy()
       }
     }
-  }, STALL_CHECK_MS)
-  check.unref()
-  server.once('close', () => { clearInterval(check) })
+  }
+  let check: NodeJS.Timeout | undefined
+  server.on('listening', () => {
+    clearInterval(check)
+    check = setInterval(look, STALL_CHECK_MS).unref()
+  })
+  server.on('close', () => { clearInterval(check) })
   return server
 }

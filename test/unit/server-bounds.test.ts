@@ -1,6 +1,7 @@
 // The HTTP server's own bounds. Those measured in minutes are too slow to wait out in a test: their
 // values are checked here as set, and the mechanism that applies them is run with short ones.
 import assert from 'node:assert/strict'
+import type { ServerResponse } from 'node:http'
 import { connect, type AddressInfo, type Socket } from 'node:net'
 import { test } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
@@ -27,29 +28,16 @@ test('a connection idle between requests is closed after 72 s; one on which no b
   assert.ok(stalledAfterMs(3_600_000) > patient.requestTimeout, `a stalled connection (${stalledAfterMs(3_600_000)} ms) is closed after the 408`)
 })
 
+/** What a test server does with each request: it writes with `response` as it likes. */
+type Answer = (response: ServerResponse) => void
+
 /**
- * The service's HTTP server (src/http-server.ts) answering every request with `chunks` writes of
- * 64 KiB after `delayMs`, its stalled connections closed after `stalledMs`; `closed` has how long
- * each connection it closed was open, in order.
+ * The service's HTTP server (src/http-server.ts) answering every request with `answer`, its stalled
+ * connections closed after `stalledMs`; `closed()` settles with how long the next connection it
+ * closed had been open (Infinity after 6 s), in the order they connected.
  */
-async function answering (t: { after: (fn: () => unknown) => void }, chunks: number, stalledMs: number, delayMs = 0): Promise<{ port: number, closed: () => Promise<number> }> {
-  const chunk = 'x'.repeat(64 * 1024)
-  const server = httpServer(10_000, undefined, stalledMs)((_request, response) => {
-    setTimeout(() => {
-      let written = 0
-      const more = (): void => {
-        while (written < chunks - 1) {
-          written++
-          if (!response.write(chunk)) {
-            response.once('drain', more)
-            return
-          }
-        }
-        response.end(chunk)
-      }
-      more()
-    }, delayMs)
-  }, {})
+async function serving (t: { after: (fn: () => unknown) => void }, answer: Answer, stalledMs: number): Promise<{ port: number, closed: () => Promise<number> }> {
+  const server = httpServer(10_000, undefined, stalledMs)((_request, response) => { answer(response) }, {})
   const closings: Array<Promise<number>> = []
   server.on('connection', (socket: Socket) => {
     const opened = performance.now()
@@ -61,7 +49,7 @@ async function answering (t: { after: (fn: () => unknown) => void }, chunks: num
   let next = 0
   return {
     port: (server.address() as AddressInfo).port,
-    closed: async () => await Promise.race([closings[next++], sleep(5000).then(() => Infinity)])
+    closed: async () => await Promise.race([closings[next++], sleep(6000, Infinity, { ref: false })])
   }
 }
 
@@ -74,36 +62,46 @@ async function connection (port: number): Promise<Socket> {
 }
 
 const GET = 'GET / HTTP/1.1\r\nHost: x\r\n\r\n'
+const MIB = 1024 * 1024
 
-test('a client that stops reading its answer has its connection closed once no byte has moved for the limit', async (t) => {
-  const server = await answering(t, 512, 300) // 32 MiB: more than the kernel's buffers hold
+test('a client that stops reading its answer is closed once no byte has moved for the limit, though the answer goes on being written', async (t) => {
+  // 32 MiB in one write, more than the kernel's buffers hold; then, as a stream does, more every
+  // 100 ms, in text whose size is not its length: none of it is taken, so none of it is movement.
+  const server = await serving(t, (response) => {
+    response.write(Buffer.alloc(32 * MIB, 'x'))
+    const more = setInterval(() => { if (response.destroyed) clearInterval(more); else response.write('é'.repeat(100)) }, 100)
+  }, 300)
   const socket = await connection(server.port)
-  socket.pause() // reads nothing: the buffers fill, then nothing moves
+  t.after(() => socket.destroy())
+  socket.pause() // reads nothing
   socket.write(GET)
   const after = await server.closed()
-  assert.ok(after >= 300 && after < 3000, `closed after ${after.toFixed(0)} ms`)
+  assert.ok(after >= 300 && after < 4000, `closed after ${after.toFixed(0)} ms`)
 })
 
-test('a client that reads its answer slowly, bytes moving all along, gets all of it however long that takes', async (t) => {
-  const chunks = 160
-  const server = await answering(t, chunks, 300)
+test('a client that reads a large answer slowly gets all of it however long it takes: one write taken by the kernel a piece at a time moves', async (t) => {
+  const size = 12 * MIB
+  const server = await serving(t, (response) => { response.end(Buffer.alloc(size, 'x')) }, 300)
   const socket = await connection(server.port)
+  t.after(() => socket.destroy())
   let received = 0
-  socket.on('data', (chunk: Buffer) => {
-    received += chunk.length
-    socket.pause()
-    setTimeout(() => socket.resume(), 25)
+  const whole = new Promise<boolean>(resolve => {
+    socket.on('data', (chunk: Buffer) => {
+      received += chunk.length
+      if (received >= size) resolve(true)
+      socket.pause()
+      setTimeout(() => socket.resume(), 25)
+    })
   })
   socket.write(GET)
   const started = performance.now()
-  const whole = new Promise<boolean>(resolve => socket.on('data', () => { if (received >= chunks * 64 * 1024) resolve(true) }))
-  assert.ok(await Promise.race([whole, sleep(20_000).then(() => false)]), `${received} bytes received`)
+  assert.ok(await Promise.race([whole, sleep(30_000, false, { ref: false })]), `${received} bytes received of the answer's head and ${size}`)
   // Past a few looks for stalled connections (one a second), or the test says nothing.
   assert.ok(performance.now() - started > 2500, `the answer was read in ${(performance.now() - started).toFixed(0)} ms`)
 })
 
 test('a connection on which nothing is sent is closed after the limit; an answer that comes before it is given', async (t) => {
-  const server = await answering(t, 1, 400, 300)
+  const server = await serving(t, (response) => { setTimeout(() => response.end('x'.repeat(65536)), 300) }, 400)
   const silent = await connection(server.port)
   t.after(() => silent.destroy())
   const asking = await connection(server.port)
@@ -112,6 +110,22 @@ test('a connection on which nothing is sent is closed after the limit; an answer
   let received = ''
   asking.on('data', (chunk: Buffer) => { received += chunk.toString('latin1') })
   const after = await server.closed()
-  assert.ok(after >= 400 && after < 3000, `the silent connection closed after ${after.toFixed(0)} ms`)
+  assert.ok(after >= 400 && after < 4000, `the silent connection closed after ${after.toFixed(0)} ms`)
   assert.match(received, /^HTTP\/1\.1 200 OK\r\n[^]*\r\n\r\nx{65536}$/, 'the answer that came at 300 ms, whole')
+})
+
+test('the service\'s server closes a connection on which nothing moves after 75 looks, one a second, and not at 75', async (t) => {
+  t.mock.timers.enable({ apis: ['setInterval'] })
+  const app = await buildApp({ config: { logLevel: 'silent', rateLimitPerMinute: 0, requestTimeout: 10 }, store: new Proxy({}, { get: () => async () => undefined }) as Store })
+  t.after(async () => await app.close())
+  await app.listen({ port: 0, host: '127.0.0.1' })
+  const silent = await connection((app.server.address() as AddressInfo).port)
+  t.after(() => silent.destroy())
+  const closed = new Promise(resolve => silent.once('close', resolve))
+  await sleep(100) // the server has it
+  t.mock.timers.tick(75_000)
+  await sleep(200)
+  assert.equal(silent.readableEnded, false, 'open after 75 s')
+  t.mock.timers.tick(1000)
+  assert.equal(await Promise.race([closed.then(() => 'closed'), sleep(2000, 'open', { ref: false })]), 'closed')
 })
