@@ -103,39 +103,32 @@ export function httpServer (requestTimeoutMs: number, pipelined = { waiting: 0 }
   }), stalledMs)
 }
 
-/** A connection, with what Node keeps of its writes not yet taken: buffered behind the one under way, and that one's bytes still queued for the kernel (libuv's queue, which Node's own socket timeout reads). */
-type Watched = Socket & { writableBuffer: Array<{ chunk: Buffer | string, encoding: BufferEncoding }>, _handle?: { writeQueueSize?: number } | null }
-
-/**
- * The bytes that have moved on a connection: read, and written that the kernel has taken. Node
- * counts a write as written when it hands it to libuv, and a write still buffered behind it too
- * (bytesWritten); libuv takes a large one into the kernel a piece at a time (writeQueueSize is what
- * it has yet to). Counted in bytes: a string's length is not its size.
- */
-function bytesMoved (socket: Watched): number {
-  let waiting = socket._handle?.writeQueueSize ?? 0
-  for (const { chunk, encoding } of socket.writableBuffer) waiting += typeof chunk === 'string' ? Buffer.byteLength(chunk, encoding) : chunk.length
-  return socket.bytesRead + (socket.bytesWritten ?? 0) - waiting
-}
+/** A connection's handle: libuv's counts of the bytes it has read and been handed to write, and of those still queued for the kernel (which Node's own socket timeout reads too). */
+type Watched = Socket & { _handle?: { bytesRead: number, bytesWritten: number, writeQueueSize: number } | null }
 
 /**
  * Closes a connection on which no byte has moved either way for `stalledMs` (a client that stops
  * reading its answer would hold the answer's memory for as long as it likes). Node's own socket
  * timeout would do the same, but it makes a new timer for each request and moves it on every read
  * and write, a measurable share of a POST (docs/performance.md); this looks at each connection once
- * every STALL_CHECK_MS while the server listens, and closes one that has not moved in more looks
- * than `stalledMs` holds, so never before `stalledMs`.
+ * every STALL_CHECK_MS while the server listens, and closes one that has not moved in as many looks
+ * as `stalledMs` holds: never before `stalledMs`, at most one look after it. Bytes moved: those read,
+ * and those written that the kernel has taken (libuv takes a large write a piece at a time).
  */
 function closeStalled<S extends Server> (server: S, stalledMs: number): S {
   const looks = Math.ceil(stalledMs / STALL_CHECK_MS)
-  const watched = new Map<Socket, { moved: number, still: number }>()
-  server.on('connection', (socket: Socket) => {
-    watched.set(socket, { moved: 0, still: 0 })
+  // `still` counts the looks that found nothing moved since the one that did (or since it connected: from -1, as that came between looks).
+  const watched = new Map<Watched, { moved: number, still: number }>()
+  server.on('connection', (socket: Watched) => {
+    watched.set(socket, { moved: 0, still: -1 })
     socket.once('close', () => watched.delete(socket))
   })
   const look = (): void => {
     for (const [socket, last] of watched) {
-      const moved = bytesMoved(socket as Watched)
+      const handle = socket._handle
+      if (handle == null) continue // closing already
+      // Read, and taken by the kernel: what libuv was handed to write less what it still holds.
+      const moved = handle.bytesRead + handle.bytesWritten - handle.writeQueueSize
       if (moved !== last.moved) {
         last.moved = moved
         last.still = 0

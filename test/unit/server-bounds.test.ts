@@ -119,10 +119,11 @@ test('the service\'s server closes a connection on which nothing moves after 75 
   const app = await buildApp({ config: { logLevel: 'silent', rateLimitPerMinute: 0, requestTimeout: 10 }, store: new Proxy({}, { get: () => async () => undefined }) as Store })
   t.after(async () => await app.close())
   await app.listen({ port: 0, host: '127.0.0.1' })
+  const accepted = new Promise(resolve => app.server.once('connection', resolve))
   const silent = await connection((app.server.address() as AddressInfo).port)
   t.after(() => silent.destroy())
   const closed = new Promise(resolve => silent.once('close', resolve))
-  await sleep(100) // the server has it
+  await accepted
   t.mock.timers.tick(75_000)
   await sleep(200)
   assert.equal(silent.readableEnded, false, 'open after 75 s')
