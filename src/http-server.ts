@@ -132,7 +132,7 @@ function closeStalled<S extends Server> (server: S, stalledMs: number): S {
       if (moved !== last.moved) {
         last.moved = moved
         last.still = 0
-      } else if (++last.still > looks) {
+      } else if (++last.still >= looks) {
         socket.destroy()
       }
     }

@@ -117,11 +117,14 @@ test('a connection on which nothing is sent is closed after the limit; an answer
 test('the service\'s server closes a connection on which nothing moves after 75 looks, one a second, and not at 75', async (t) => {
   t.mock.timers.enable({ apis: ['setInterval'] })
   const app = await buildApp({ config: { logLevel: 'silent', rateLimitPerMinute: 0, requestTimeout: 10 }, store: new Proxy({}, { get: () => async () => undefined }) as Store })
-  t.after(async () => await app.close())
   await app.listen({ port: 0, host: '127.0.0.1' })
   const accepted = new Promise(resolve => app.server.once('connection', resolve))
   const silent = await connection((app.server.address() as AddressInfo).port)
-  t.after(() => silent.destroy())
+  // The connection first: the server's close waits for it.
+  t.after(async () => {
+    silent.destroy()
+    await app.close()
+  })
   const closed = new Promise(resolve => silent.once('close', resolve))
   await accepted
   t.mock.timers.tick(75_000)
