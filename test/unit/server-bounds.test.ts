@@ -9,8 +9,13 @@ import { buildApp } from '../../src/app.js'
 import { httpServer, KEEP_ALIVE_TIMEOUT_MS, stalledAfterMs } from '../../src/http-server.js'
 import type { Store } from '../../src/store/store.js'
 
+/** The whole service over a store that answers nothing: its server is what these tests look at. */
+async function appWith (requestTimeout: number): ReturnType<typeof buildApp> {
+  return await buildApp({ config: { logLevel: 'silent', rateLimitPerMinute: 0, requestTimeout }, store: new Proxy({}, { get: () => async () => undefined }) as Store })
+}
+
 async function serverWith (requestTimeout: number): Promise<{ keepAliveTimeout: number, timeout: number, requestTimeout: number, close: () => Promise<void> }> {
-  const app = await buildApp({ config: { logLevel: 'silent', rateLimitPerMinute: 0, requestTimeout }, store: new Proxy({}, { get: () => async () => undefined }) as Store })
+  const app = await appWith(requestTimeout)
   return { keepAliveTimeout: app.server.keepAliveTimeout, timeout: app.server.timeout, requestTimeout: app.server.requestTimeout, close: async () => await app.close() }
 }
 
@@ -116,7 +121,7 @@ test('a connection on which nothing is sent is closed after the limit; an answer
 
 test('the service\'s server closes a connection on which nothing moves after 75 looks, one a second, and not at 75', async (t) => {
   t.mock.timers.enable({ apis: ['setInterval'] })
-  const app = await buildApp({ config: { logLevel: 'silent', rateLimitPerMinute: 0, requestTimeout: 10 }, store: new Proxy({}, { get: () => async () => undefined }) as Store })
+  const app = await appWith(10)
   await app.listen({ port: 0, host: '127.0.0.1' })
   const accepted = new Promise(resolve => app.server.once('connection', resolve))
   const silent = await connection((app.server.address() as AddressInfo).port)
