@@ -269,6 +269,11 @@ export function installErrorHandling (app: FastifyInstance, log: Logger, refused
   // the stream), after the edge checks, routing, auth and the rate limit: a request refused by
   // those gets its answer instead of the 100, and Node closes the connection after it.
   app.server.on('checkContinue', (request: IncomingMessage, response: ServerResponse) => {
+    // Node takes any Expect that names 100-continue among others (`100-continue, foo`) for one.
+    if (!onlyContinue(request.headers.expect)) {
+      refused('expectationFailed')
+      return answerBeforeBody(response, failures.expectationFailed)
+    }
     if (Number(request.headers['content-length']) > BODY_LIMIT) {
       refused('bodyTooLarge')
       return answerBeforeBody(response, failures.bodyTooLarge)
@@ -418,6 +423,11 @@ function afterAnswersUnderWay (socket: Connection, then: () => void): void {
 
 /** The Error body's type, as Fastify writes it for the answers it sends: the same on those sent outside it. */
 const JSON_TYPE = 'application/json; charset=utf-8'
+
+/** True when every expectation listed (Expect headers, joined by Node) is `100-continue`, without parameters; empty list elements are ignored (RFC 9110 5.6.1). */
+function onlyContinue (expect: string | undefined): boolean {
+  return expect !== undefined && expect.split(',').every(member => /^[ \t]*(100-continue)?[ \t]*$/i.test(member))
+}
 
 /** Answers a request whose body was not read, and closes its connection: what may follow the head is not a request. */
 function answerBeforeBody (response: ServerResponse, failure: { status: number, message: string }): void {
