@@ -392,6 +392,12 @@ export function clientErrorHandler (refused: ReportRefusal): (error: NodeJS.Errn
       return
     }
     const current = (socket as Connection)._httpMessage ?? undefined
+    if (current === undefined && answeredStillArriving(socket as Connection)) {
+      // Its answer has gone out (a GET does not wait for a body it does not read); a second one
+      // would answer a request never sent. Node closes such a connection unanswered too.
+      socket.destroy()
+      return
+    }
     if (current !== undefined && (current.headersSent || current.req.complete)) {
       // Not the request being read: one after those the connection is still answering (pipelined),
       // or one answered already (refused on its head; the parser then failed on its body). The
@@ -410,8 +416,21 @@ export function clientErrorHandler (refused: ReportRefusal): (error: NodeJS.Errn
   }
 }
 
-/** A connection as Node's server keeps it: the answer it is writing now, if any (Node's own clientError handling reads it too). */
-type Connection = Socket & { _httpMessage?: ServerResponse | null }
+/**
+ * A connection as Node's server keeps it: the answer it is writing now, if any (Node's own
+ * clientError handling reads it too), and its parser with the last request whose head it read.
+ */
+type Connection = Socket & { _httpMessage?: ServerResponse | null, parser?: { incoming?: IncomingMessage | null } | null }
+
+/**
+ * True when the request whose body Node is still reading on `socket`, with no answer under way,
+ * was answered already: its answer went out before the body had arrived whole, and Node reads on
+ * to discard the rest.
+ */
+function answeredStillArriving (socket: Connection): boolean {
+  const incoming = socket.parser?.incoming
+  return incoming != null && !incoming.complete
+}
 
 /** Runs `then` once no answer is under way on `socket`: Node writes pipelined answers one after another, each in its turn. */
 function afterAnswersUnderWay (socket: Connection, then: () => void): void {

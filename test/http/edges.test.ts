@@ -195,6 +195,17 @@ for (const store of testStores()) {
       assert.deepEqual(writes(), [['POST', 200], ['POST', 408], ['PUT', 408], ['DELETE', 408]])
     })
 
+    test('a request answered before its body arrived whole (a GET does not read one) gets that one answer: once REQUEST_TIMEOUT has passed its connection closes, with no 408 after it', async (t) => {
+      const server = await startServer(t, { store, env: { REQUEST_TIMEOUT: '1' } })
+      await call(server, 'POST', '/plants', { body: { id: 1, name: 'Fern' } })
+      const head = `GET /plants/1 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${server.token}\r\n`
+      for (const [what, bytes] of [['a declared length', `${head}Content-Length: 100\r\n\r\nabc`], ['chunks', `${head}Transfer-Encoding: chunked\r\n\r\n10\r\nabc`]]) {
+        const answer = await rawExchange(server, bytes, { waitMs: 3000 })
+        assert.equal(answer.text.match(/HTTP\/1\.1 \d{3}/g)?.join(), 'HTTP/1.1 200', `${what}: one answer, ${answer.text}`)
+        assert.ok(answer.closed && answer.ms >= 1000, `${what}: closed after ${answer.ms} ms`)
+      }
+    })
+
     test('a request whose headers stop arriving, and a connection that sends nothing, are closed once REQUEST_TIMEOUT has passed', async (t) => {
       const server = await startServer(t, { store, env: { REQUEST_TIMEOUT: '2' } })
       const headers = await rawExchange(server, 'GET /plants HTTP/1.1\r\nHost: x\r\n', { waitMs: 5000 })
