@@ -352,6 +352,9 @@ function declaresTooLong (error: NodeJS.ErrnoException & { reason?: string }): b
 
 const BOTH_LENGTHS = 'The request has both Content-Length and Transfer-Encoding, or a Transfer-Encoding that cannot be read, so where its body ends is unclear; send one of the two.'
 
+const REQUEST_LINE = 'The request line must be a method, a target and the version HTTP/1.1 (or HTTP/1.0), separated by single spaces and ended by CR LF.'
+const LINE_ENDS = 'Each line of the request\'s head must end with CR LF, and hold no CR or LF of its own.'
+
 /** What Node's parser found wrong (its error codes), said for the client; any other malformed request is named by the parser's own reason. */
 const malformed: Record<string, string> = {
   HPE_INVALID_EOF_STATE: 'The request ended before it had arrived whole: the client closed its side of the connection first.',
@@ -359,7 +362,13 @@ const malformed: Record<string, string> = {
   HPE_INVALID_TRANSFER_ENCODING: BOTH_LENGTHS,
   HPE_UNEXPECTED_CONTENT_LENGTH: 'The Content-Length header was sent more than once; send it once.',
   HPE_INVALID_CONTENT_LENGTH: 'The Content-Length header must be a number of bytes, in decimal digits.',
-  HPE_INVALID_HEADER_TOKEN: 'A header line is not valid: it needs a name without spaces, a colon, and a value without control characters.'
+  HPE_INVALID_HEADER_TOKEN: 'A header line is not valid: it needs a name without spaces, a colon, and a value without control characters.',
+  HPE_INVALID_METHOD: 'The request line must start with a method that HTTP defines, such as GET, POST, PUT or DELETE.',
+  HPE_INVALID_URL: 'The request target must be a path, and a query, of visible ASCII characters: percent-encode spaces and any other.',
+  HPE_INVALID_CONSTANT: REQUEST_LINE,
+  HPE_INVALID_VERSION: REQUEST_LINE,
+  HPE_LF_EXPECTED: LINE_ENDS,
+  HPE_CR_EXPECTED: LINE_ENDS
 }
 
 /** What was wrong with a malformed request, as one sentence, where the parser tells. */

@@ -137,7 +137,14 @@ for (const store of testStores()) {
           ['Content-Length twice', `${post}Content-Length: 2\r\nContent-Length: 3\r\n\r\n{} `, /^The Content-Length header was sent more than once/],
           ['Content-Length not a number', `${post}Content-Length: 2x\r\n\r\n{}`, /^The Content-Length header must be a number of bytes/],
           ['a header line without a colon', 'GET /plants HTTP/1.1\r\nHost: x\r\nNo colon here\r\n\r\n', /^A header line is not valid/],
-          ['no method', 'NOT HTTP AT ALL\r\n\r\n', /^The request could not be understood as HTTP\/1\.1 \(Invalid method encountered\)\.$/]
+          ['no method', 'NOT HTTP AT ALL\r\n\r\n', /^The request line must start with a method that HTTP defines/],
+          ['a method HTTP does not define', 'FOO /plants HTTP/1.1\r\nHost: x\r\n\r\n', /^The request line must start with a method that HTTP defines/],
+          ['a space in the query', 'GET /plants?limit= 1 HTTP/1.1\r\nHost: x\r\n\r\n', /^The request line must be a method, a target and the version/],
+          ['a target that is no path', 'GET plants HTTP/1.1\r\nHost: x\r\n\r\n', /^The request target must be a path/],
+          ['a byte outside ASCII in the query', 'GET /plants?tag=\u00e9 HTTP/1.1\r\nHost: x\r\n\r\n', /^The request target must be a path/],
+          ['a version that is no version', 'GET / HTTP/1.x\r\nHost: x\r\n\r\n', /^The request line must be a method, a target and the version/],
+          ['a request line ended by LF alone', 'GET / HTTP/1.1\nHost: x\r\n\r\n', /^The request line must be a method, a target and the version HTTP\/1\.1 \(or HTTP\/1\.0\), separated by single spaces and ended by CR LF\.$/],
+          ['a lone CR in a header value', 'GET / HTTP/1.1\r\nHost: x\r\nA: b\rc\r\n\r\n', /^Each line of the request's head must end with CR LF/]
         ]
         for (const [what, bytes, message] of cases) {
           const answer = parseRaw((await rawExchange(server, bytes)).text)
