@@ -1,9 +1,9 @@
 import type { FastifyPluginAsync } from 'fastify'
 import type { Feed } from '../changes/feed.js'
-import { conditionsOf, etagOf, versionsOf } from '../conditions.js'
+import { conditionsOf, etagOf } from '../conditions.js'
 import { route } from '../contract.js'
 import { ApiError } from '../errors.js'
-import { meets, type Plant, type PlantRecord, type Store } from '../store/store.js'
+import { isSamePlant, meets, type Created, type Plant, type PlantRecord, type Store, type VersionedPlant, type Versions } from '../store/store.js'
 import { linkTo } from './links.js'
 
 /** Name and tag only: unknown fields in a body are neither stored nor echoed. */
@@ -18,15 +18,24 @@ function outcome<T> (result: T | 'not-found' | 'precondition-failed'): T {
   return result
 }
 
+/** What a POST with If-Match finds: the plant of its id at a version the header names, the same as `plant` or not; else 412. */
+function matchedOf (found: VersionedPlant | undefined, plant: Plant, ifMatch: Versions): Created {
+  if (found === undefined || !meets(ifMatch, found.version)) {
+    throw new ApiError('preconditionFailed', 'No plant with this id is at a version If-Match accepts; nothing was created or changed.')
+  }
+  return { outcome: isSamePlant({ name: found.plant.name, tag: found.plant.tag ?? null }, plant) ? 'same' : 'conflict', version: found.version }
+}
+
 export const plants: FastifyPluginAsync<{ store: Store, feed: Feed }> = async (app, { store, feed }) => {
   app.route<{ Body: PlantRecord }>({
     ...route('addPlant'),
     config: { scope: 'plants:write' },
     handler: async (request, reply) => {
-      // If-None-Match only, not conditionsOf: the seed's operation takes no other condition (SPEC section 9).
-      const ifNoneMatch = versionsOf(request.headers['if-none-match'], 'If-None-Match', { weak: true })
+      const { ifMatch, ifNoneMatch } = conditionsOf(request.headers)
       const plant = { id: request.body.id, ...plantOf(request.body) }
-      const created = await store.create(plant)
+      // If-Match names the plant of this id at a version (RFC 9110 13.1.1: never ignored): such a
+      // POST cannot create, so it only reads, and answers as a retry of that plant would.
+      const created = ifMatch === undefined ? await store.create(plant) : matchedOf(await store.get(plant.id), plant, ifMatch)
       // A condition on an id that is taken fails before the data is compared: 412, not 409.
       if (ifNoneMatch !== undefined && created.outcome !== 'created' && meets(ifNoneMatch, created.version)) {
         throw new ApiError('preconditionFailed', 'A plant with this id exists already, and If-None-Match asked for none; nothing was changed.')

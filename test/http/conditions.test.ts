@@ -138,10 +138,28 @@ for (const store of testStores()) {
         assert.equal(fresh.status, 200)
         etag(fresh)
         assert.ok(isErrorBody(await call(server, 'POST', '/plants', { body: { id: 88, name: 'Other' } }), 409), 'without the condition, other data is still 409')
-        for (const header of ['"1"', 'nope']) {
-          const retried = await call(server, 'POST', '/plants', { body: { id: 88, name: 'New' }, headers: { 'if-match': header } })
-          assert.equal(retried.status, 200, `the seed's operation takes no If-Match: ${header} is ignored`)
+      })
+
+      await t.test('If-Match on POST names the plant of the body\'s id (RFC 9110 13.1.1, never ignored): 412 unless it exists at a named version, and it never creates; when it holds, the answer is a retry\'s', async () => {
+        const stored = await call(server, 'POST', '/plants', { body: { id: 89, name: 'Matched', tag: 't' } })
+        const tag = etag(stored)
+        const position = async (): Promise<string | null> => (await call(server, 'GET', '/plants?limit=1')).headers.get('changes-position')
+        const head = await position()
+        for (const header of ['*', '"1", "2"', tag]) {
+          await refusedAndUnchanged(server, await call(server, 'POST', '/plants', { body: { id: 90, name: 'Absent' }, headers: { 'if-match': header } }), '90', {})
         }
+        for (const header of ['"1"', `W/${tag}`]) {
+          await refusedAndUnchanged(server, await call(server, 'POST', '/plants', { body: { id: 89, name: 'Matched', tag: 't' }, headers: { 'if-match': header } }), '89', { text: '{"id":89,"name":"Matched","tag":"t"}', etag: tag })
+        }
+        for (const header of ['*', `"1", ${tag}`]) {
+          const same = await call(server, 'POST', '/plants', { body: { id: 89, name: 'Matched', tag: 't' }, headers: { 'if-match': header } })
+          assert.deepEqual([same.status, same.body, same.headers.get('etag')], [200, { name: 'Matched', tag: 't' }, tag], `${header}: the same data, a retry's 200 and ETag`)
+          assert.ok(isErrorBody(await call(server, 'POST', '/plants', { body: { id: 89, name: 'Matched' }, headers: { 'if-match': header } }), 409), `${header}: other data (no tag), 409`)
+        }
+        await refusedAndUnchanged(server, await call(server, 'POST', '/plants', { body: { id: 89, name: 'Matched', tag: 't' }, headers: { 'if-match': tag, 'if-none-match': '*' } }), '89', { text: '{"id":89,"name":"Matched","tag":"t"}', etag: tag })
+        assert.ok(isErrorBody(await call(server, 'POST', '/plants', { body: { id: 91, name: 'Malformed' }, headers: { 'if-match': 'nope' } }), 400), 'a malformed If-Match is 400')
+        assert.equal((await call(server, 'GET', '/plants/91')).status, 404, 'and creates nothing')
+        assert.equal(await position(), head, 'nothing was logged')
       })
 
       await t.test('a malformed condition is 400 with the Error body, never ignored', async () => {
