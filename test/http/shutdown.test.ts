@@ -28,6 +28,8 @@ for (const store of testStores()) {
       assert.ok((await stalled).closed, 'the stalled connection was closed')
       const cutAt = opened + (await stalled).ms - signalled
       assert.ok(cutAt >= 950 && cutAt < 1800, `cut ${cutAt} ms after SIGTERM: a second before SHUTDOWN_TIMEOUT (2 s), as documented`)
+      const lines = server.stdout().trim().split('\n').map(line => JSON.parse(line)).filter(line => line.msg === 'request' && line.method === 'POST')
+      assert.deepEqual(lines.map(line => line.status), [200, 499], 'the request cut at the deadline has its log line too, as its client had left')
       const again = await startServer(t, { databaseUrl: server.databaseUrl, token: server.token })
       assert.equal((await call(again, 'GET', '/plants/1')).body.name, 'Kept')
       assert.equal((await call(again, 'GET', '/plants/2')).status, 404)
