@@ -60,8 +60,10 @@ export function route (operationId: string): { method: string, url: string, sche
   return { method: method.toUpperCase(), url: path.replace(/\{(\w+)\}/g, ':$1'), schema }
 }
 
+// A parameter's segment may be empty, as the router takes it (`/plants/`: its id then fails
+// validation, 400): a method no route takes there is 405, as on any other id.
 const pathPatterns = [...new Set(operations.map(op => op.path))].map(path => ({
-  pattern: new RegExp('^' + path.replace(/\{\w+\}/g, '[^/]+') + '$'),
+  pattern: new RegExp('^' + path.replace(/\{\w+\}/g, '[^/]*') + '$'),
   methods: operations.filter(op => op.path === path).flatMap(op => op.method === 'get' ? ['GET', 'HEAD'] : [op.method.toUpperCase()])
 }))
 

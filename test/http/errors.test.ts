@@ -38,6 +38,14 @@ for (const store of testStores()) {
         const one = await call(server, 'POST', '/plants/1', { body: {} })
         assert.ok(isErrorBody(one, 405))
         assert.equal(one.headers.get('allow'), 'GET, HEAD, PUT, DELETE')
+        // An empty id is routed as an id (400 for a method that has a route), so the others are 405 there too.
+        assert.ok(isErrorBody(await call(server, 'GET', '/plants/'), 400))
+        const empty = await call(server, 'POST', '/plants/', { body: {} })
+        assert.ok(isErrorBody(empty, 405), empty.text)
+        assert.equal(empty.headers.get('allow'), 'GET, HEAD, PUT, DELETE')
+        const rotate = await call(server, 'GET', '/webhooks//rotate-secret')
+        assert.ok(isErrorBody(rotate, 405), rotate.text)
+        assert.equal(rotate.headers.get('allow'), 'POST')
       })
 
       await t.test('a path or method no route takes is answered before its body is read, token or not: a body that is not JSON changes nothing', async () => {
