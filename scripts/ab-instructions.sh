@@ -25,7 +25,7 @@ COUNT=${3:-10000}
 WORK=$(mktemp -d)
 PIDS=()
 # With AB_KEEP=DIR the two dumps are kept there (A.out.1, B.out.1), for callgrind_annotate's counts by symbol.
-trap 'kill "${PIDS[@]}" 2>/dev/null; if [ -n "${AB_KEEP:-}" ]; then mkdir -p "$AB_KEEP" && cp "$WORK"/*.out.* "$AB_KEEP"/; fi; rm -rf "$WORK"' EXIT
+trap 'kill "${PIDS[@]}" 2>/dev/null; if [ -n "${AB_KEEP:-}" ]; then mkdir -p "$AB_KEEP" && cp "$WORK"/*.out.* "$AB_KEEP"/ || echo "ab-instructions: no dumps to keep" >&2; fi; rm -rf "$WORK"' EXIT
 # callgrind_control finds a process by a pipe named after the user and host that valgrind saw
 # (LOGNAME, HOST): the service's HOST is its address, so the control calls are given the same.
 export LOGNAME=${LOGNAME:-$(id -un)} HOST=127.0.0.1

@@ -354,11 +354,12 @@ const BOTH_LENGTHS = 'The request has both Content-Length and Transfer-Encoding,
 
 const REQUEST_LINE = 'The request line must be a method, a target and the version HTTP/1.1 (or HTTP/1.0), separated by single spaces and ended by CR LF.'
 const LINE_ENDS = 'Each line of the request\'s head must end with CR LF, and hold no CR or LF of its own.'
+const CHUNKS = 'The request\'s chunked body is malformed: each chunk is its size in hexadecimal on a line of its own, then its data, each ended by CR LF.'
 
 /** What Node's parser found wrong (its error codes), said for the client; any other malformed request is named by the parser's own reason. */
 const malformed: Record<string, string> = {
   HPE_INVALID_EOF_STATE: 'The request ended before it had arrived whole: the client closed its side of the connection first.',
-  HPE_INVALID_CHUNK_SIZE: 'The request\'s chunked body is malformed: each chunk must start with its size in hexadecimal on a line of its own.',
+  HPE_INVALID_CHUNK_SIZE: CHUNKS,
   HPE_INVALID_TRANSFER_ENCODING: BOTH_LENGTHS,
   HPE_UNEXPECTED_CONTENT_LENGTH: 'The Content-Length header was sent more than once; send it once.',
   HPE_INVALID_CONTENT_LENGTH: 'The Content-Length header must be a number of bytes, in decimal digits.',
@@ -375,6 +376,8 @@ const malformed: Record<string, string> = {
 function malformedMessage (error: NodeJS.ErrnoException & { reason?: string }): string {
   // Content-Length after Transfer-Encoding is a Content-Length error to the parser: the same fault as the other order.
   if (error.code === 'HPE_INVALID_CONTENT_LENGTH' && error.reason?.includes('Transfer-Encoding') === true) return BOTH_LENGTHS
+  // The parser's line-ending codes serve chunked bodies too (`Expected LF after chunk data`).
+  if (/chunk/i.test(error.reason ?? '')) return CHUNKS
   return malformed[error.code ?? ''] ?? (error.reason === undefined ? failures.badRequest.message : `The request could not be understood as HTTP/1.1 (${error.reason}).`)
 }
 
@@ -401,25 +404,22 @@ export function clientErrorHandler (refused: ReportRefusal): (error: NodeJS.Errn
       return
     }
     const current = (socket as Connection)._httpMessage ?? undefined
-    if (current === undefined && answeredStillArriving(socket as Connection)) {
-      // Its answer has gone out (a GET does not wait for a body it does not read); a second one
-      // would answer a request never sent. Node closes such a connection unanswered too.
-      socket.destroy()
-      return
-    }
     if (current !== undefined && (current.headersSent || current.req.complete)) {
       // Not the request being read: one after those the connection is still answering (pipelined),
       // or one answered already (refused on its head; the parser then failed on its body). The
       // answers under way go out first, whole; then, if the connection is still open for it (an
-      // answer that closes it, like that refusal, ends it), this one, counted before routing.
+      // answer that closes it, like that refusal, ends it), this one, counted before routing;
+      // unless the answer under way was its own, sent while its body was still arriving.
       socket.pause() // no further request is read meanwhile: this answer ends the connection
       afterAnswersUnderWay(socket as Connection, () => {
         if (!socket.writable) return
+        if (answeredStillArriving(socket as Connection)) return socket.destroy()
         refused(name, { code: error.code })
         answerOnSocket(socket, failure)
       })
       return
     }
+    if (answeredStillArriving(socket as Connection)) return socket.destroy()
     refused(name, { code: error.code }, socket)
     answerOnSocket(socket, failure)
   }
@@ -432,13 +432,15 @@ export function clientErrorHandler (refused: ReportRefusal): (error: NodeJS.Errn
 type Connection = Socket & { _httpMessage?: ServerResponse | null, parser?: { incoming?: IncomingMessage | null } | null }
 
 /**
- * True when the request whose body Node is still reading on `socket`, with no answer under way,
- * was answered already: its answer went out before the body had arrived whole, and Node reads on
- * to discard the rest.
+ * True when, with no answer under way on `socket`, the request Node is still reading there was
+ * answered already: its answer went out before its body had arrived whole (a GET does not wait
+ * for a body it does not read), and Node reads on to discard the rest. A second answer would
+ * answer a request never sent, so the connection closes unanswered (Node would write a bare 408
+ * after a finished answer; it writes nothing once an answer's head is out).
  */
 function answeredStillArriving (socket: Connection): boolean {
   const incoming = socket.parser?.incoming
-  return incoming != null && !incoming.complete
+  return incoming != null && !incoming.complete && socket._httpMessage == null
 }
 
 /** Runs `then` once no answer is under way on `socket`: Node writes pipelined answers one after another, each in its turn. */

@@ -204,6 +204,13 @@ for (const store of testStores()) {
         assert.equal(answer.text.match(/HTTP\/1\.1 \d{3}/g)?.join(), 'HTTP/1.1 200', `${what}: one answer, ${answer.text}`)
         assert.ok(answer.closed && answer.ms >= 1000, `${what}: closed after ${answer.ms} ms`)
       }
+      // An answer still being written at the limit (a change stream) goes on; it stays the only one.
+      const streamed = rawExchange(server, `GET /plants/changes?after=0 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${server.token}\r\nAccept: text/event-stream\r\nContent-Length: 100\r\n\r\nabc`, { waitMs: 8000 })
+      await sleep(2000)
+      server.process.kill('SIGTERM') // the stream ends with the server
+      const stream = await streamed
+      assert.match(stream.text, /^HTTP\/1\.1 200 OK\r\n[^]*\r\n0\r\n\r\n$/, `the stream, whole, and nothing after it: ${stream.text.slice(-200)}`)
+      assert.equal(stream.text.match(/HTTP\/1\.1 \d{3}/g)?.length, 1)
     })
 
     test('a request whose headers stop arriving, and a connection that sends nothing, are closed once REQUEST_TIMEOUT has passed', async (t) => {
