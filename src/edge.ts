@@ -1,7 +1,7 @@
 import type { FastifyRequest } from 'fastify'
 import type { Logger } from 'pino'
 import { MAX_PATH } from './contract.js'
-import { ApiError, FRAGMENT_MESSAGE, LONG_PATH_MESSAGE } from './errors.js'
+import { ApiError, FRAGMENT_MESSAGE, LONG_PATH_MESSAGE, onlyContinue } from './errors.js'
 
 /** Headers that mean one thing: given twice, which one counts is a guess (RFC 9110 5.3), so neither does. */
 const SINGLE = new Map([['authorization', 'Authorization'], ['host', 'Host'], ['content-type', 'Content-Type']])
@@ -49,6 +49,9 @@ export function edgeRefusal (request: FastifyRequest, log: Logger): ApiError | u
     log.warn({ reqId: request.id, status: 400, reason: 'missingHost' }, 'request refused: no Host header')
     return new ApiError('missingHost')
   }
+  // Node reads Expect on HTTP/1.1 only (417 before routing); on 1.0 one other than 100-continue
+  // is refused alike, and 100-continue itself is ignored (RFC 9110 10.1.1).
+  if (request.raw.httpVersionMinor === 0 && request.headers.expect !== undefined && !onlyContinue(request.headers.expect)) return new ApiError('expectationFailed')
   const query = request.url.indexOf('?')
   if ((query === -1 ? request.url.length : query) > MAX_PATH) return new ApiError('pathTooLong', LONG_PATH_MESSAGE)
   // Node's parser takes a fragment; the router would read `/plants#limit=1` as a query.

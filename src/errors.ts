@@ -455,7 +455,7 @@ function afterAnswersUnderWay (socket: Connection, then: () => void): void {
 const JSON_TYPE = 'application/json; charset=utf-8'
 
 /** True when every expectation listed (Expect headers, joined by Node) is `100-continue`, without parameters; empty list elements are ignored (RFC 9110 5.6.1). */
-function onlyContinue (expect: string | undefined): boolean {
+export function onlyContinue (expect: string | undefined): boolean {
   return expect !== undefined && expect.split(',').every(member => /^[ \t]*(100-continue)?[ \t]*$/i.test(member))
 }
 

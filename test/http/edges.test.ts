@@ -146,6 +146,15 @@ for (const store of testStores()) {
       assert.equal((await rawExchange(server, 'GET /healthz HTTP/1.0\r\n\r\n', { waitMs: 1000 })).text.split('\r\n')[0], 'HTTP/1.1 200 OK', 'HTTP/1.0 is served')
     })
 
+    test('HTTP/1.0, where Node reads no Expect: one other than 100-continue is 417 too, nothing stored; 100-continue is ignored (RFC 9110 10.1.1)', async (t) => {
+      const server = await startServer(t, { store })
+      const post10 = (expect: string, id: number): string => `POST /plants HTTP/1.0\r\nExpect: ${expect}\r\nAuthorization: Bearer ${server.token}\r\nContent-Type: application/json\r\nContent-Length: ${`{"id": ${id}, "name": "Old"}`.length}\r\n\r\n{"id": ${id}, "name": "Old"}`
+      assert.ok(isRawErrorBody((await rawExchange(server, post10('200-ok', 506), { waitMs: 1000 })).text, 417))
+      assert.ok(isRawErrorBody((await rawExchange(server, post10('100-continue, 200-ok', 506), { waitMs: 1000 })).text, 417))
+      assert.equal((await call(server, 'GET', '/plants/506')).status, 404, 'nothing stored')
+      assert.match((await rawExchange(server, post10('100-continue', 507), { waitMs: 1000 })).text, /^HTTP\/1\.1 200 OK\r\n/, 'no 100 on HTTP/1.0, the answer')
+    })
+
     test('a request whose body stops arriving is answered 408 once REQUEST_TIMEOUT has passed, not before, its connection closed, nothing stored', async (t) => {
       const server = await startServer(t, { store, env: { REQUEST_TIMEOUT: '2' } })
       const body = '{"id": 408, "name": "Slow"}'
