@@ -360,6 +360,7 @@ const CHUNKS = 'The request\'s chunked body is malformed: each chunk is its size
 const malformed: Record<string, string> = {
   HPE_INVALID_EOF_STATE: 'The request ended before it had arrived whole: the client closed its side of the connection first.',
   HPE_INVALID_CHUNK_SIZE: CHUNKS,
+  HPE_CHUNK_EXTENSIONS_OVERFLOW: 'The request\'s chunk extensions are too long; send its chunks without extensions.',
   HPE_INVALID_TRANSFER_ENCODING: BOTH_LENGTHS,
   HPE_UNEXPECTED_CONTENT_LENGTH: 'The Content-Length header was sent more than once; send it once.',
   HPE_INVALID_CONTENT_LENGTH: 'The Content-Length header must be a number of bytes, in decimal digits.',
@@ -377,7 +378,7 @@ function malformedMessage (error: NodeJS.ErrnoException & { reason?: string }): 
   // Content-Length after Transfer-Encoding is a Content-Length error to the parser: the same fault as the other order.
   if (error.code === 'HPE_INVALID_CONTENT_LENGTH' && error.reason?.includes('Transfer-Encoding') === true) return BOTH_LENGTHS
   // The parser's line-ending codes serve chunked bodies too (`Expected LF after chunk data`).
-  if (/chunk/i.test(error.reason ?? '')) return CHUNKS
+  if (['HPE_CR_EXPECTED', 'HPE_LF_EXPECTED', 'HPE_STRICT'].includes(error.code ?? '') && /chunk/i.test(error.reason ?? '')) return CHUNKS
   return malformed[error.code ?? ''] ?? (error.reason === undefined ? failures.badRequest.message : `The request could not be understood as HTTP/1.1 (${error.reason}).`)
 }
 
@@ -454,9 +455,9 @@ function afterAnswersUnderWay (socket: Connection, then: () => void): void {
 /** The Error body's type, as Fastify writes it for the answers it sends: the same on those sent outside it. */
 const JSON_TYPE = 'application/json; charset=utf-8'
 
-/** True when every expectation listed (Expect headers, joined by Node) is `100-continue`, without parameters; empty list elements are ignored (RFC 9110 5.6.1). */
+/** True when the expectations listed (Expect headers, joined by Node) are `100-continue`, at least one, without parameters; empty list elements are ignored (RFC 9110 5.6.1). */
 export function onlyContinue (expect: string | undefined): boolean {
-  return expect !== undefined && expect.split(',').every(member => /^[ \t]*(100-continue)?[ \t]*$/i.test(member))
+  return expect !== undefined && /100-continue/i.test(expect) && expect.split(',').every(member => /^[ \t]*(100-continue)?[ \t]*$/i.test(member))
 }
 
 /** Answers a request whose body was not read, and closes its connection: what may follow the head is not a request. */

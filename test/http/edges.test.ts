@@ -151,6 +151,7 @@ for (const store of testStores()) {
       const post10 = (expect: string, id: number): string => `POST /plants HTTP/1.0\r\nExpect: ${expect}\r\nAuthorization: Bearer ${server.token}\r\nContent-Type: application/json\r\nContent-Length: ${`{"id": ${id}, "name": "Old"}`.length}\r\n\r\n{"id": ${id}, "name": "Old"}`
       assert.ok(isRawErrorBody((await rawExchange(server, post10('200-ok', 506), { waitMs: 1000 })).text, 417))
       assert.ok(isRawErrorBody((await rawExchange(server, post10('100-continue, 200-ok', 506), { waitMs: 1000 })).text, 417))
+      assert.ok(isRawErrorBody((await rawExchange(server, post10(',', 506), { waitMs: 1000 })).text, 417), 'an empty list, as on HTTP/1.1')
       assert.equal((await call(server, 'GET', '/plants/506')).status, 404, 'nothing stored')
       assert.match((await rawExchange(server, post10('100-continue', 507), { waitMs: 1000 })).text, /^HTTP\/1\.1 200 OK\r\n/, 'no 100 on HTTP/1.0, the answer')
     })

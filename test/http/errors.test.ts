@@ -154,6 +154,7 @@ for (const store of testStores()) {
           ['a request line ended by LF alone', 'GET / HTTP/1.1\nHost: x\r\n\r\n', /^The request line must be a method, a target and the version HTTP\/1\.1 \(or HTTP\/1\.0\), separated by single spaces and ended by CR LF\.$/],
           ['a chunk size line ended by LF alone', `${post}Transfer-Encoding: chunked\r\n\r\n3\nabc\r\n0\r\n\r\n`, /^The request's chunked body is malformed/],
           ['chunk data not ended by CR LF', `${post}Transfer-Encoding: chunked\r\n\r\n3\r\n{"aXY`, /^The request's chunked body is malformed/],
+          ['chunk extensions over the parser\'s 16 KiB', `${post}Transfer-Encoding: chunked\r\n\r\n3;x=${'e'.repeat(17_000)}\r\nabc\r\n0\r\n\r\n`, /^The request's chunk extensions are too long/],
           ['a lone CR in a header value', 'GET / HTTP/1.1\r\nHost: x\r\nA: b\rc\r\n\r\n', /^Each line of the request's head must end with CR LF/]
         ]
         for (const [what, bytes, message] of cases) {
