@@ -457,7 +457,8 @@ const JSON_TYPE = 'application/json; charset=utf-8'
 
 /** True when the expectations listed (Expect headers, joined by Node) are `100-continue`, at least one, without parameters; empty list elements are ignored (RFC 9110 5.6.1). */
 export function onlyContinue (expect: string | undefined): boolean {
-  return expect !== undefined && /100-continue/i.test(expect) && expect.split(',').every(member => /^[ \t]*(100-continue)?[ \t]*$/i.test(member))
+  const members = (expect ?? '').split(',').map(member => member.trim()).filter(member => member !== '')
+  return members.length > 0 && members.every(member => member.toLowerCase() === '100-continue')
 }
 
 /** Answers a request whose body was not read, and closes its connection: what may follow the head is not a request. */
