@@ -3,6 +3,7 @@ import { STATUS_CODES, type IncomingMessage, type ServerResponse } from 'node:ht
 import type { Socket } from 'node:net'
 import type { Logger } from 'pino'
 import { allowedMethods, BODY_LIMIT, MAX_PATH } from './contract.js'
+import { answerInItsTurn } from './http-server.js'
 
 /** Every named failure, once: its status and the sentence the client reads. */
 export const failures = {
@@ -412,11 +413,17 @@ export function clientErrorHandler (refused: ReportRefusal): (error: NodeJS.Errn
       // answer that closes it, like that refusal, ends it), this one, counted before routing;
       // unless the answer under way was its own, sent while its body was still arriving.
       socket.pause() // no further request is read meanwhile: this answer ends the connection
+      const answer = (): void => {
+        refused(name, { code: error.code })
+        answerOnSocket(socket, failure)
+      }
+      // One whose head had arrived waits for its turn: it is answered then, instead of carried out.
+      const arriving = (socket as Connection).parser?.incoming
+      if (arriving != null && !arriving.complete && answerInItsTurn(arriving, answer)) return
       afterAnswersUnderWay(socket as Connection, () => {
         if (!socket.writable) return
         if (answeredStillArriving(socket as Connection)) return socket.destroy()
-        refused(name, { code: error.code })
-        answerOnSocket(socket, failure)
+        answer()
       })
       return
     }

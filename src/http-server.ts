@@ -1,5 +1,5 @@
 // The service's node:http server: its timeouts, and the order and bounds of pipelined requests.
-import { createServer, type Server, type ServerResponse } from 'node:http'
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
 import type { Socket } from 'node:net'
 import type { FastifyServerFactory } from 'fastify'
 
@@ -48,6 +48,22 @@ const MAX_WAITING_PRESSED = 8
 const WAITING = Symbol('plantstore.waiting')
 type Connection = Socket & { [WAITING]?: number }
 
+/** On a request waiting for the answers before its own: what answers it in its turn instead of the service, if anything. */
+const TURN = Symbol('plantstore.turn')
+type Waiting = IncomingMessage & { [TURN]?: { instead?: () => void } }
+
+/**
+ * Has `answer` answer `request` when its turn comes, instead of the service, if it is waiting
+ * for the answers before its own (pipelined): true then. For a request that failed while it
+ * waited (its body malformed, or too slow): it is never carried out, and its answer comes in
+ * order. Its first failure is the one answered (a malformed body is also late, later).
+ */
+export function answerInItsTurn (request: IncomingMessage, answer: () => void): boolean {
+  const turn = (request as Waiting)[TURN]
+  if (turn !== undefined) turn.instead ??= answer
+  return turn !== undefined
+}
+
 /**
  * The HTTP server, which hands Fastify the requests of a connection one at a time: Node parses
  * pipelined requests as they arrive and would start them all at once, so that a DELETE sent after
@@ -69,7 +85,7 @@ export function httpServer (requestTimeoutMs: number, pipelined = { waiting: 0 }
     connectionsCheckingInterval: ARRIVAL_CHECK_MS,
     // Node would answer a request without Host with an empty 400; the edge check answers it.
     requireHostHeader: false
-  }, (request, response) => {
+  }, (request: Waiting, response) => {
     if (response.socket !== null) return handler(request, response)
     const connection: Connection = request.socket
     // Closed below while the rest of its read is parsed: those requests go with it.
@@ -81,6 +97,8 @@ export function httpServer (requestTimeoutMs: number, pipelined = { waiting: 0 }
     const waiting = response as ServerResponse & { _onPendingData?: (bytes: number) => void }
     const weight = Math.max(1, Math.floor(connection.writableHighWaterMark / MAX_WAITING))
     waiting._onPendingData?.(weight)
+    const turn: { instead?: () => void } = {}
+    request[TURN] = turn
     // Counted until its turn comes, or until its connection closes first (then it never comes).
     let counted = true
     const uncount = (): void => {
@@ -93,6 +111,8 @@ export function httpServer (requestTimeoutMs: number, pipelined = { waiting: 0 }
     response.once('socket', () => {
       uncount()
       waiting._onPendingData?.(-weight)
+      request[TURN] = undefined
+      if (turn.instead !== undefined) return turn.instead()
       handler(request, response)
     })
   }), {

@@ -564,3 +564,23 @@ test('requests pipelined behind a long poll are all answered in order, one that 
   assert.deepEqual(statuses, Array(42).fill('HTTP/1.1 200'), received().slice(-300))
   assert.match(received(), /\{"status":"ready"\}$/, 'the last answer is the last request\'s')
 })
+
+test('a request pipelined behind a long poll that fails while it waits (its body too slow, or malformed) is answered in its turn, right after the poll, and never carried out, even when its body comes whole late', async (t) => {
+  const server = await startServer(t, { env: { REQUEST_TIMEOUT: '1' } })
+  const auth = `Authorization: Bearer ${server.token}\r\n`
+  const poll = `GET /plants/changes?wait=3 HTTP/1.1\r\nHost: x\r\n${auth}\r\n`
+  const body = '{"id": 408, "name": "Late"}'
+  const post = `POST /plants HTTP/1.1\r\nHost: x\r\n${auth}Content-Type: application/json\r\n`
+  const cases: Array<[string, string[], number]> = [
+    ['its body stops arriving', [poll + post + `Content-Length: ${body.length}\r\n\r\n` + body.slice(0, 5)], 408],
+    ['the rest of its body comes after REQUEST_TIMEOUT, before the poll answers', [poll + post + `Content-Length: ${body.length}\r\n\r\n` + body.slice(0, 5), body.slice(5)], 408],
+    ['its chunked body is malformed', [poll + post + 'Transfer-Encoding: chunked\r\n\r\nzz\r\n' + body + '\r\n0\r\n\r\n'], 400]
+  ]
+  for (const [what, parts, status] of cases) {
+    const { text, closed, ms } = await rawExchange(server, parts, { gapMs: 1800, waitMs: 8000 })
+    assert.deepEqual(text.match(/HTTP\/1\.1 \d{3}/g), ['HTTP/1.1 200', `HTTP/1.1 ${status}`], `${what}: ${text}`)
+    assert.ok(isRawErrorBody(text.slice(text.lastIndexOf('HTTP/1.1 ')), status), `${what}: ${text}`)
+    assert.ok(closed && ms >= 3000 && ms < 4000, `${what}: the poll answered at 3 s, then this one at once, its connection closed (after ${ms} ms)`)
+  }
+  assert.equal((await call(server, 'GET', '/plants/408')).status, 404, 'nothing stored')
+})
