@@ -65,6 +65,18 @@ export async function plantsBySql (database: TestDatabase): Promise<PlantRecord[
   return rows.map(({ id, name, tag }) => tag === null ? { id: BigInt(id), name } : { id: BigInt(id), name, tag })
 }
 
+/** Runs one SQL statement on `database` beside whatever has it open, and answers the rows it returns. */
+export async function sqlOnce (database: TestDatabase, text: string): Promise<unknown[]> {
+  if (database.store === 'postgres') return (await queryOnce(database.databaseUrl, text)).rows
+  const db = openDatabase(database.databaseUrl)
+  try {
+    const statement = db.prepare(text)
+    return statement.reader ? statement.all() : (statement.run(), [])
+  } finally {
+    db.close()
+  }
+}
+
 /**
  * Everything `database` holds, as bytes to search: the SQLite file with its -wal and -shm, or
  * every row of every table in the PostgreSQL schema as text (what a dump of it would show).

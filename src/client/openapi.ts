@@ -243,7 +243,7 @@ export interface paths {
         post?: never;
         /**
          * Delete a webhook subscription
-         * @description Deletes the subscription and its delivery log; nothing more is sent to it. Needs `admin`.
+         * @description Deletes the subscription and its delivery log; nothing more is sent to it. From the moment it begins the subscription is gone to every other operation (`404`), also when the delete is cut short (a server killed): the next start finishes it, as does a second `DELETE`. Needs `admin`.
          */
         delete: operations["deleteWebhook"];
         options?: never;
@@ -516,7 +516,7 @@ export interface components {
         WebhookId: bigint;
         /**
          * Format: int64
-         * @description A delivery's id, in plain decimal.
+         * @description A delivery's id within its subscription, in plain decimal. On SQLite, the ids of a deleted subscription's deliveries may be given again to another's: with its subscription's id, which never is, it names one delivery for ever.
          */
         DeliveryId: bigint;
         /** @description A subscription to create. Unknown fields are refused (`400`): a misspelt `event` must not silently subscribe to the default. */

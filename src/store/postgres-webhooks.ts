@@ -6,7 +6,7 @@ import type pg from 'pg'
 import { UnstorableTextError } from '../errors.js'
 import { rowToPlant } from './postgres-rows.js'
 import type { ChangeType, LogBounds } from './store.js'
-import { DELIVERY_COLUMNS, FAILING_LIMIT_MS, FAILING_REASON, offers, removeInBatches, replayEnd, replayInBatches, streaksOf, SUBSCRIPTION_COLUMNS, WEBHOOK_BATCH, type AttemptOutcome, type ClaimedDelivery, type Delivery, type DeliveryStatus, type Subscription, type WebhookStore } from './webhooks.js'
+import { BEING_DELETED, DELIVERY_COLUMNS, FAILING_LIMIT_MS, FAILING_REASON, NOT_BEING_DELETED, offers, removeInBatches, replayEnd, replayInBatches, streaksOf, SUBSCRIPTION_COLUMNS, WEBHOOK_BATCH, type AttemptOutcome, type ClaimedDelivery, type Delivery, type DeliveryStatus, type Subscription, type WebhookStore } from './webhooks.js'
 
 interface SubscriptionRow { id: bigint, url: string, events: string, tag: string | null, disabled_at: Date | null, disabled_reason: string | null, created_at: Date }
 interface DeliveryRow { id: bigint, webhook_id: bigint, position: bigint, type: ChangeType, plant_id: bigint, name: string, tag: string | null, status: DeliveryStatus, attempts: number, next_at: Date, created_at: Date }
@@ -92,7 +92,7 @@ export function postgresWebhooks (read: <T>(work: (query: Query) => Promise<T>) 
     return rows.map(row => rowToDelivery(row, attempts.filter(attempt => attempt.delivery_id === row.id)))
   }
   const get = async (query: Query, id: number): Promise<Subscription | undefined> => {
-    const { rows } = await query<SubscriptionRow>(`SELECT ${SUBSCRIPTION_COLUMNS} FROM webhooks WHERE id = $1`, [id])
+    const { rows } = await query<SubscriptionRow>(`SELECT ${SUBSCRIPTION_COLUMNS} FROM webhooks WHERE id = $1 AND ${NOT_BEING_DELETED}`, [id])
     return rows.length === 0 ? undefined : rowToSubscription(rows[0])
   }
   /** Makes subscription `id`'s changes in (cursor, end] deliveries due at `now` and moves its cursor to `end`; its row is locked already. */
@@ -136,19 +136,20 @@ export function postgresWebhooks (read: <T>(work: (query: Query) => Promise<T>) 
         return rowToSubscription(rows[0])
       })
     },
-    list: () => read(async (query) => (await query<SubscriptionRow>(`SELECT ${SUBSCRIPTION_COLUMNS} FROM webhooks ORDER BY id`)).rows.map(rowToSubscription)),
+    list: () => read(async (query) => (await query<SubscriptionRow>(`SELECT ${SUBSCRIPTION_COLUMNS} FROM webhooks WHERE ${NOT_BEING_DELETED} ORDER BY id`)).rows.map(rowToSubscription)),
     get: (id) => read(query => get(query, id)),
     remove: (id) => removeInBatches(() => transaction(async (query) => {
-      const { rowCount } = await query("UPDATE webhooks SET disabled_at = coalesce(disabled_at, $2), disabled_reason = 'Being deleted.' WHERE id = $1", [id, new Date()])
+      const { rowCount } = await query('UPDATE webhooks SET disabled_at = coalesce(disabled_at, $2), disabled_reason = $3 WHERE id = $1', [id, new Date(), BEING_DELETED])
       if (rowCount === 0) return false
       return (await query('DELETE FROM webhook_deliveries WHERE id IN (SELECT id FROM webhook_deliveries WHERE webhook_id = $1 ORDER BY id LIMIT $2)', [id, WEBHOOK_BATCH])).rowCount ?? 0
     }), () => transaction(async (query) => (await query('DELETE FROM webhooks WHERE id = $1', [id])).rowCount === 1)),
+    beingDeleted: () => read(async (query) => (await query<{ id: bigint }>('SELECT id FROM webhooks WHERE disabled_reason = $1 ORDER BY id', [BEING_DELETED])).rows.map(row => Number(row.id))),
     rotate: (id, secret, previousUntil) => transaction(async (query) =>
-      (await query('UPDATE webhooks SET previous_secret = secret, previous_until = $1, secret = $2 WHERE id = $3', [previousUntil, secret, id])).rowCount === 1),
+      (await query(`UPDATE webhooks SET previous_secret = secret, previous_until = $1, secret = $2 WHERE id = $3 AND ${NOT_BEING_DELETED}`, [previousUntil, secret, id])).rowCount === 1),
     enable: (id, now) => transaction(async (query) => {
       // Only a disabled subscription moves: an enabled one keeps its cursor and its schedule.
       const { rowCount } = await query(`UPDATE webhooks SET disabled_at = NULL, disabled_reason = NULL, failing_since = NULL,
-        cursor = greatest(cursor, (SELECT head FROM change_log)) WHERE id = $1 AND disabled_at IS NOT NULL`, [id])
+        cursor = greatest(cursor, (SELECT head FROM change_log)) WHERE id = $1 AND disabled_at IS NOT NULL AND ${NOT_BEING_DELETED}`, [id])
       // Those under an attempt now are left to its outcome: only a retry asked for brings them forward.
       if (rowCount === 1) await query("UPDATE webhook_deliveries SET next_at = least(next_at, $1) WHERE webhook_id = $2 AND status = 'pending' AND lease_until <= $1", [now, id])
       return await get(query, id)
@@ -165,7 +166,7 @@ export function postgresWebhooks (read: <T>(work: (query: Query) => Promise<T>) 
     replay: async (id, after, now) => {
       const end = await read(async (query) => {
         const { rows } = await query<LogBounds & { cursor: bigint, disabled: boolean }>(`SELECT w.cursor, w.disabled_at IS NOT NULL AS disabled, l.head,
-          coalesce((SELECT min(position) - 1 FROM changes), l.head) AS floor FROM webhooks w, change_log l WHERE w.id = $1`, [id])
+          coalesce((SELECT min(position) - 1 FROM changes), l.head) AS floor FROM webhooks w, change_log l WHERE w.id = $1 AND ${NOT_BEING_DELETED}`, [id])
         return rows.length === 0 ? 'not-found' : replayEnd(after, rows[0], rows[0])
       })
       return typeof end !== 'bigint' ? end : await replayInBatches(after, end, (from, to) => transaction(async (query) => (await query(DELIVER_SQL, [id, from.toString(), to.toString(), now])).rowCount ?? 0))

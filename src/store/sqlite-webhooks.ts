@@ -3,7 +3,7 @@
 import type Database from 'better-sqlite3'
 import { BOUNDS_SQL, rowToPlant } from './sqlite-rows.js'
 import type { ChangeType, LogBounds } from './store.js'
-import { DELIVERY_COLUMNS, FAILING_LIMIT_MS, FAILING_REASON, offers, removeInBatches, replayEnd, replayInBatches, streaksOf, SUBSCRIPTION_COLUMNS, WEBHOOK_BATCH, type AttemptOutcome, type ClaimedDelivery, type Delivery, type DeliveryStatus, type NewSubscription, type Outlook, type Subscription, type WebhookStore } from './webhooks.js'
+import { BEING_DELETED, DELIVERY_COLUMNS, FAILING_LIMIT_MS, FAILING_REASON, NOT_BEING_DELETED, offers, removeInBatches, replayEnd, replayInBatches, streaksOf, SUBSCRIPTION_COLUMNS, WEBHOOK_BATCH, type AttemptOutcome, type ClaimedDelivery, type Delivery, type DeliveryStatus, type NewSubscription, type Outlook, type Subscription, type WebhookStore } from './webhooks.js'
 
 interface SubscriptionRow { id: bigint, url: string, events: string, tag: string | null, disabled_at: bigint | null, disabled_reason: string | null, created_at: bigint }
 interface DeliveryRow { id: bigint, webhook_id: bigint, position: bigint, type: ChangeType, plant_id: bigint, name: string, tag: string | null, status: DeliveryStatus, attempts: bigint, next_at: bigint }
@@ -53,16 +53,17 @@ export function webhookWrites (db: Database.Database) {
     // The id is the next of those ever given (migration 005), never a deleted subscription's.
     nextId: db.prepare('UPDATE webhook_ids SET last = last + 1 RETURNING last').pluck(),
     insert: db.prepare(`INSERT INTO webhooks (id, url, events, tag, secret, cursor, created_at) VALUES (?, ?, ?, ?, ?, (SELECT head FROM change_log), ?) RETURNING ${SUBSCRIPTION_COLUMNS}`),
-    retire: db.prepare("UPDATE webhooks SET disabled_at = coalesce(disabled_at, ?), disabled_reason = 'Being deleted.' WHERE id = ?"),
+    retire: db.prepare(`UPDATE webhooks SET disabled_at = coalesce(disabled_at, ?), disabled_reason = '${BEING_DELETED}' WHERE id = ?`),
     removeDeliveries: db.prepare('DELETE FROM webhook_deliveries WHERE id IN (SELECT id FROM webhook_deliveries WHERE webhook_id = ? ORDER BY id LIMIT ?)'),
     remove: db.prepare('DELETE FROM webhooks WHERE id = ?'),
-    rotate: db.prepare('UPDATE webhooks SET previous_secret = secret, previous_until = ?, secret = ? WHERE id = ?'),
-    enable: db.prepare('UPDATE webhooks SET disabled_at = NULL, disabled_reason = NULL, failing_since = NULL, cursor = max(cursor, (SELECT head FROM change_log)) WHERE id = ? AND disabled_at IS NOT NULL'),
+    rotate: db.prepare(`UPDATE webhooks SET previous_secret = secret, previous_until = ?, secret = ? WHERE id = ? AND ${NOT_BEING_DELETED}`),
+    enable: db.prepare(`UPDATE webhooks SET disabled_at = NULL, disabled_reason = NULL, failing_since = NULL, cursor = max(cursor, (SELECT head FROM change_log))
+      WHERE id = ? AND disabled_at IS NOT NULL AND ${NOT_BEING_DELETED}`),
     // Those under an attempt now are left to its outcome: only a retry asked for brings them forward.
     dueNow: db.prepare("UPDATE webhook_deliveries SET next_at = min(next_at, $now) WHERE webhook_id = $id AND status = 'pending' AND lease_until <= $now"),
     retry: db.prepare("UPDATE webhook_deliveries SET status = 'pending', next_at = ? WHERE id = ? AND webhook_id = ?"),
     cursor: db.prepare('SELECT cursor FROM webhooks WHERE id = ?').pluck(),
-    replayEnd: db.prepare('SELECT cursor, disabled_at IS NOT NULL AS disabled FROM webhooks WHERE id = ?'),
+    replayEnd: db.prepare(`SELECT cursor, disabled_at IS NOT NULL AS disabled FROM webhooks WHERE id = ? AND ${NOT_BEING_DELETED}`),
     enabled: db.prepare('SELECT id, cursor FROM webhooks WHERE disabled_at IS NULL AND cursor < ? ORDER BY id'),
     deliver: db.prepare(INSERT_DELIVERIES),
     advance: db.prepare('UPDATE webhooks SET cursor = ? WHERE id = ?'),
@@ -168,8 +169,9 @@ export function webhookWrites (db: Database.Database) {
 /** The webhook reads of the read connection. */
 export function webhookReads (db: Database.Database) {
   const sql = {
-    list: db.prepare(`SELECT ${SUBSCRIPTION_COLUMNS} FROM webhooks ORDER BY id`),
-    get: db.prepare(`SELECT ${SUBSCRIPTION_COLUMNS} FROM webhooks WHERE id = ?`),
+    list: db.prepare(`SELECT ${SUBSCRIPTION_COLUMNS} FROM webhooks WHERE ${NOT_BEING_DELETED} ORDER BY id`),
+    get: db.prepare(`SELECT ${SUBSCRIPTION_COLUMNS} FROM webhooks WHERE id = ? AND ${NOT_BEING_DELETED}`),
+    beingDeleted: db.prepare(`SELECT id FROM webhooks WHERE disabled_reason = '${BEING_DELETED}' ORDER BY id`).pluck(),
     deliveries: db.prepare(`SELECT ${DELIVERY_COLUMNS} FROM webhook_deliveries
       WHERE webhook_id = $id AND id > $after AND ($status IS NULL OR status = $status) ORDER BY id LIMIT $limit`),
     delivery: db.prepare(`SELECT ${DELIVERY_COLUMNS} FROM webhook_deliveries WHERE id = ? AND webhook_id = ?`),
@@ -187,6 +189,7 @@ export function webhookReads (db: Database.Database) {
   }
   return {
     list: (): Subscription[] => (sql.list.all() as SubscriptionRow[]).map(rowToSubscription),
+    beingDeleted: (): number[] => (sql.beingDeleted.all() as Array<number | bigint>).map(Number),
     get: (id: number): Subscription | undefined => {
       const row = sql.get.get(id) as SubscriptionRow | undefined
       return row === undefined ? undefined : rowToSubscription(row)
@@ -213,6 +216,7 @@ export function sqliteWebhooks (write: <T>(op: keyof ReturnType<typeof webhookWr
     list: () => read(reads => reads.list()),
     get: (id) => read(reads => reads.get(id)),
     remove: (id) => removeInBatches(() => write('webhookRetire', id, Date.now(), WEBHOOK_BATCH), () => write('webhookRemove', id)),
+    beingDeleted: () => read(reads => reads.beingDeleted()),
     rotate: (id, secret, previousUntil) => write('webhookRotate', id, secret, previousUntil.getTime()),
     enable: async (id, now) => await write<boolean>('webhookEnable', id, now.getTime()) ? await read(reads => reads.get(id)) : undefined,
     deliveries: (id, query) => read(reads => reads.deliveries(id, query)),

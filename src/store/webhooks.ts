@@ -68,8 +68,14 @@ export interface WebhookStore {
   create (subscription: NewSubscription, now: Date): Promise<Subscription>
   list (): Promise<Subscription[]>
   get (id: number): Promise<Subscription | undefined>
-  /** Deletes the subscription and its deliveries (a batch at a time, the subscription disabled first); false when there was none. */
+  /**
+   * Deletes the subscription and its deliveries, a batch at a time: from the first, it is gone to
+   * every other operation (BEING_DELETED); false when there was none. A delete cut short (the
+   * process killed) is finished by the next dispatcher's start (`beingDeleted`), or by another.
+   */
   remove (id: number): Promise<boolean>
+  /** The subscriptions whose delete began and has not ended. */
+  beingDeleted (): Promise<number[]>
   /** Makes `secret` the signing secret; the one it replaces signs too until `previousUntil`. False when there is no such subscription. */
   rotate (id: number, secret: string, previousUntil: Date): Promise<boolean>
   /**
@@ -192,17 +198,28 @@ export async function replayInBatches (after: bigint, end: bigint, deliver: (fro
 }
 
 /**
- * A delete a batch at a time: `retire` disables the subscription (no delivery is made or sent for
- * it any more) and deletes up to WEBHOOK_BATCH of its deliveries, false when there is no such
- * subscription; `remove` deletes it once few are left.
+ * The reason a subscription being deleted is disabled with. To the API it is gone from then on:
+ * not shown, enabled, rotated or replayed; nothing is made or sent for it.
+ */
+export const BEING_DELETED = 'Being deleted.'
+/** A subscription row the API sees: one not being deleted (SQL, on both stores). */
+export const NOT_BEING_DELETED = `disabled_reason IS DISTINCT FROM '${BEING_DELETED}'`
+
+/**
+ * A delete a batch at a time: `retire` disables the subscription (BEING_DELETED) and deletes up
+ * to WEBHOOK_BATCH of its deliveries, false when there is no such subscription; `remove` deletes
+ * it once few are left. True once it was found: a delete that another finished meanwhile (a
+ * starting instance finishing one cut short) has still done what it was asked.
  */
 export async function removeInBatches (retire: () => Promise<number | false>, remove: () => Promise<boolean>): Promise<boolean> {
-  for (let removed = WEBHOOK_BATCH; removed === WEBHOOK_BATCH;) {
+  for (let removed = WEBHOOK_BATCH, found = false; removed === WEBHOOK_BATCH;) {
     const step = await retire()
-    if (step === false) return false
+    if (step === false) return found
+    found = true
     removed = step
   }
-  return await remove()
+  await remove()
+  return true
 }
 
 /** What a batch of outcomes says of one subscription's failing streak, in the order they came. */

@@ -59,7 +59,7 @@ export class Dispatcher {
   private capped = false
   /** Poked since the last pass began: the next does not wait. */
   private poked = false
-  /** The store has ended the leases an earlier process left (WebhookStore.resume): done before the first claim. */
+  /** The store has ended the leases an earlier process left (WebhookStore.resume), and finished its deletes cut short: done before the first claim. */
   private resumed = false
 
   constructor (private readonly options: DispatcherOptions) {
@@ -129,6 +129,8 @@ export class Dispatcher {
     this.poked = false
     if (!this.resumed) {
       await store.resume(this.now())
+      // Deletes cut short (their process killed) are finished: to the API those subscriptions are gone already.
+      for (const id of await store.beingDeleted()) await store.remove(id)
       this.resumed = true
     }
     const outlook = await store.outlook()

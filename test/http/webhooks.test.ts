@@ -3,9 +3,11 @@
 // and the SSRF refusals at registration.
 import assert from 'node:assert/strict'
 import { describe, test } from 'node:test'
+import { setTimeout as sleep } from 'node:timers/promises'
 import { Webhook } from 'standardwebhooks'
 import { call, cli, isErrorBody, parseExact, parseMetrics, sampleValue, startServer, testStores, type Server } from '../helpers.js'
 import { startReceiver, type Received } from '../receiver.js'
+import { sqlOnce } from '../stored.js'
 
 const BIG = '9223372036854775807'
 
@@ -89,6 +91,31 @@ for (const kind of testStores()) {
       assert.ok(next.id > newest, `a new subscription takes a new id: ${next.id} after ${newest} was deleted`)
       assert.ok(isErrorBody(await call(server, 'DELETE', `/webhooks/${newest}`), 404), 'a stale delete reaches nothing')
       assert.equal((await call(server, 'GET', `/webhooks/${next.id}`)).status, 200)
+    })
+
+    test('a delete cut short (its process killed between batches) leaves nothing to show or enable: the subscription is gone, and the next start finishes the delete', async (t) => {
+      const first = await startServer(t, { store: kind, env: { WEBHOOKS_ALLOW_PRIVATE: 'true' } })
+      const cut = await subscribe(first, { url: 'http://127.0.0.1:9/cut' })
+      const kept = await subscribe(first, { url: 'http://127.0.0.1:9/kept' })
+      await post(first, '{"id": 1, "name": "Fern"}')
+      const hasDeliveries = async (id: number): Promise<boolean> => (await sqlOnce(first, `SELECT id FROM webhook_deliveries WHERE webhook_id = ${id}`)).length > 0
+      for (const deadline = Date.now() + 5000; !await hasDeliveries(cut.id) && Date.now() < deadline;) await sleep(100)
+      assert.ok(await hasDeliveries(cut.id), 'a delivery was made for it')
+      first.process.kill('SIGKILL')
+      await first.exited
+      // What a delete's first batch had written when its process was killed: the subscription disabled as being deleted, deliveries left.
+      await sqlOnce(first, `UPDATE webhooks SET disabled_at = ${kind === 'postgres' ? 'now()' : Date.now()}, disabled_reason = 'Being deleted.' WHERE id = ${cut.id}`)
+
+      const server = await startServer(t, { databaseUrl: first.databaseUrl, token: first.token, env: { WEBHOOKS_ALLOW_PRIVATE: 'true' } })
+      for (const [method, path, body] of [['GET', `/webhooks/${cut.id}`], ['POST', `/webhooks/${cut.id}/enable`], ['POST', `/webhooks/${cut.id}/rotate-secret`],
+        ['POST', `/webhooks/${cut.id}/replay`, { after: 0 }], ['GET', `/webhooks/${cut.id}/deliveries`], ['POST', `/webhooks/${cut.id}/deliveries/1/retry`]] as Array<[string, string, unknown?]>) {
+        assert.ok(isErrorBody(await call(server, method, path, { body }), 404), `${method} ${path}`)
+      }
+      assert.deepEqual((await call(server, 'GET', '/webhooks')).body.map((w: { id: number }) => w.id), [kept.id])
+      const left = async (): Promise<number> => (await sqlOnce(server, `SELECT id FROM webhooks WHERE id = ${cut.id} UNION ALL SELECT id FROM webhook_deliveries WHERE webhook_id = ${cut.id}`)).length
+      for (const deadline = Date.now() + 5000; await left() > 0 && Date.now() < deadline;) await sleep(100)
+      assert.equal(await left(), 0, 'the start finished the delete: neither the subscription nor its deliveries are left')
+      assert.ok(await hasDeliveries(kept.id), 'the other subscription keeps its own')
     })
 
     test('deliveries: signed per Standard Webhooks, the exact plant record, event type and position; tampering and a wrong secret fail', async (t) => {
