@@ -15,6 +15,8 @@ export const STALL_MS = 10_000
 const STREAM_PAGE = 100
 /** What an EventSource waits before reconnecting, in ms. */
 const RETRY_MS = 1000
+/** How long after its last write a filtered stream tells of the changes it passed over (a bookmark): at most once this often, and no later. */
+const BOOKMARK_MS = 1000
 
 /** A change as the feed shows it, in JSON and in a stream's `data:`. */
 export function changeOf ({ position, type, plant, at }: Change): { position: bigint, type: string, id: bigint, plant: Change['plant'], at: Date } {
@@ -39,6 +41,8 @@ export interface StreamOptions {
   tag?: string
   /** The first page, read before the stream was admitted (so that a gone position is a plain 410). */
   first: Exclude<ChangesPage, 'gone'>
+  /** The position the reader gave (`after`, Last-Event-ID), if any: it needs no bookmark of it. One that gave none is told where its stream starts. */
+  from?: bigint
   /** A change as JSON text: the JSON feed's serializer, from the document's `Change` schema. */
   serialize: (change: ReturnType<typeof changeOf>) => string
 }
@@ -56,7 +60,7 @@ export const STREAM_HEADERS = {
  * Reads a page at a time and writes it only while the socket takes it: a reader that stops
  * reading costs one page and the socket's buffer, then is closed.
  */
-export async function streamChanges ({ request, reply, store, feed, stillAllowed, log, tag, first, serialize }: StreamOptions): Promise<void> {
+export async function streamChanges ({ request, reply, store, feed, stillAllowed, log, tag, first, from, serialize }: StreamOptions): Promise<void> {
   reply.hijack()
   const res = reply.raw
   // The headers set so far (CORS's) go out with the stream's own.
@@ -69,7 +73,7 @@ export async function streamChanges ({ request, reply, store, feed, stillAllowed
   let why = 'client left'
   try {
     let page = first
-    let lastId: bigint | undefined
+    let lastId = from
     let lastWrite = performance.now()
     let lastCheck = performance.now()
     if (!await writeWhenRoom(res, `retry: ${RETRY_MS}\n\n`, feed)) return
@@ -77,7 +81,7 @@ export async function streamChanges ({ request, reply, store, feed, stillAllowed
       let text = page.changes.map(change => event(change.position, change.type, serialize(changeOf(change)))).join('')
       if (page.changes.length > 0) lastId = page.changes[page.changes.length - 1].position
       // Changes passed over by the filter: a bookmark, so a resume starts past them, never at a position the log may have dropped.
-      if (tag !== undefined && page.next !== lastId && performance.now() - lastWrite >= 1000) {
+      if (tag !== undefined && page.next !== lastId && performance.now() - lastWrite >= BOOKMARK_MS) {
         text += bookmark(page.next)
         lastId = page.next
       }
@@ -86,7 +90,7 @@ export async function streamChanges ({ request, reply, store, feed, stillAllowed
         sent += page.changes.length
         lastWrite = performance.now()
       }
-      // Caught up: wait for the head to move, a heartbeat, or the token's next check.
+      // Caught up: wait for the head to move, the bookmark still owed, a heartbeat, or the token's next check.
       while (!feed.past(page.next)) {
         if (left) return
         if (feed.closing) { why = 'server stopping'; return }
@@ -95,12 +99,15 @@ export async function streamChanges ({ request, reply, store, feed, stillAllowed
           lastCheck = now
           if (!await stillAllowed(request, 'plants:read').catch(() => true)) { why = 'token no longer valid'; return }
         }
-        if (now - lastWrite >= HEARTBEAT_MS) {
-          if (!await writeWhenRoom(res, tag !== undefined && page.next !== lastId ? `: heartbeat\n\n${bookmark(page.next)}` : ': heartbeat\n\n', feed)) return
-          if (tag !== undefined) lastId = page.next
+        // A bookmark is a write too: the heartbeat is for a stream that has had nothing to say.
+        const owed = tag !== undefined && page.next !== lastId
+        if (now - lastWrite >= (owed ? BOOKMARK_MS : HEARTBEAT_MS)) {
+          if (!await writeWhenRoom(res, owed ? bookmark(page.next) : ': heartbeat\n\n', feed)) return
+          lastId = owed ? page.next : lastId
           lastWrite = performance.now()
         }
-        const wait = Math.min(HEARTBEAT_MS - (performance.now() - lastWrite), RECHECK_MS - (performance.now() - lastCheck))
+        const next = tag !== undefined && page.next !== lastId ? BOOKMARK_MS : HEARTBEAT_MS
+        const wait = Math.min(next - (performance.now() - lastWrite), RECHECK_MS - (performance.now() - lastCheck))
         await untilClosed(res, feed.beyond(page.next, Math.max(1, wait)))
       }
       if (left) return

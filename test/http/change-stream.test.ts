@@ -68,18 +68,31 @@ for (const store of testStores()) {
 
     test('a filtered stream shows only its tag\'s changes and sends bookmarks past the others', async (t) => {
       const server = await startServer(t, { store })
+      const isBookmark = (event: SseEvent): boolean => event.event === 'bookmark'
       const stream = await openStream(`${server.url}/plants/changes?tag=rare`, server.token)
       t.after(stream.close)
-      await sleep(1200) // a bookmark goes out at most once a second
+      // A reader that gave no position is told where its stream starts, within about a second.
+      const [start] = await stream.until(1, isBookmark, 2500)
+      assert.deepEqual([start.id, JSON.parse(start.data)], ['0', { position: 0 }])
       for (let id = 1; id <= 5; id++) await post(server, id, 'plain')
-      const [bookmark] = await stream.until(1, event => event.event === 'bookmark', 5000)
-      // Bookmarks go out at most once a second (and with each heartbeat): this one marks the first of them passed.
+      const bookmark = (await stream.until(2, isBookmark, 5000))[1]
+      // Bookmarks go out at most once a second: this one marks the first of them passed.
       assert.ok(Number(bookmark.id) >= 1 && Number(bookmark.id) <= 5, `bookmark ${String(bookmark.id)}`)
       assert.deepEqual(JSON.parse(bookmark.data), { position: Number(bookmark.id) })
       await post(server, 6, 'rare', 'rare')
       const [shown] = await stream.until(1, isChange)
       assert.equal(shown.id, '6')
+      // Passed over right after that write, with the stream caught up: bookmarked within about a second still, not at the next heartbeat (10 s).
+      for (let id = 7; id <= 11; id++) await post(server, id, 'plain')
+      const passed = performance.now()
+      await stream.until(1, event => event.event === 'bookmark' && event.id === '11', 5000)
+      assert.ok(performance.now() - passed < 2500, `bookmarked after ${Math.round(performance.now() - passed)} ms`)
       assert.equal(stream.events.filter(isChange).length, 1, 'the plain plants are not shown')
+      // A reader that gave its position is not told it again, by `after` or by Last-Event-ID.
+      const resumed = [await openStream(`${server.url}/plants/changes?tag=rare&after=11`, server.token), await openStream(`${server.url}/plants/changes?tag=rare`, server.token, { 'last-event-id': '11' })]
+      for (const again of resumed) t.after(again.close)
+      await sleep(1500)
+      assert.deepEqual(resumed.map(again => again.events), [[], []])
     })
   })
 }
