@@ -50,7 +50,7 @@ type Connection = Socket & { [WAITING]?: number }
 
 /** On a request waiting for the answers before its own: what answers it in its turn instead of the service, if anything. */
 const TURN = Symbol('plantstore.turn')
-type Waiting = IncomingMessage & { [TURN]?: { instead?: () => void } }
+type Queued = IncomingMessage & { [TURN]?: { instead?: () => void } }
 
 /**
  * Has `answer` answer `request` when its turn comes, instead of the service, if it is waiting
@@ -59,7 +59,7 @@ type Waiting = IncomingMessage & { [TURN]?: { instead?: () => void } }
  * order. Its first failure is the one answered (a malformed body is also late, later).
  */
 export function answerInItsTurn (request: IncomingMessage, answer: () => void): boolean {
-  const turn = (request as Waiting)[TURN]
+  const turn = (request as Queued)[TURN]
   if (turn !== undefined) turn.instead ??= answer
   return turn !== undefined
 }
@@ -85,7 +85,7 @@ export function httpServer (requestTimeoutMs: number, pipelined = { waiting: 0 }
     connectionsCheckingInterval: ARRIVAL_CHECK_MS,
     // Node would answer a request without Host with an empty 400; the edge check answers it.
     requireHostHeader: false
-  }, (request: Waiting, response) => {
+  }, (request: Queued, response) => {
     if (response.socket !== null) return handler(request, response)
     const connection: Connection = request.socket
     // Closed below while the rest of its read is parsed: those requests go with it.

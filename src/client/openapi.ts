@@ -516,7 +516,7 @@ export interface components {
         WebhookId: bigint;
         /**
          * Format: int64
-         * @description A delivery's id within its subscription, in plain decimal. On SQLite, the ids of a deleted subscription's deliveries may be given again to another's: with its subscription's id, which never is, it names one delivery for ever.
+         * @description A delivery's id, in plain decimal, unique within its subscription. On SQLite, a deleted subscription's delivery ids may be given again to another subscription's deliveries; a subscription's id never is, so the two together name one delivery for ever.
          */
         DeliveryId: bigint;
         /** @description A subscription to create. Unknown fields are refused (`400`): a misspelt `event` must not silently subscribe to the default. */

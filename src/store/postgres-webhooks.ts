@@ -6,7 +6,7 @@ import type pg from 'pg'
 import { UnstorableTextError } from '../errors.js'
 import { rowToPlant } from './postgres-rows.js'
 import type { ChangeType, LogBounds } from './store.js'
-import { BEING_DELETED, DELIVERY_COLUMNS, FAILING_LIMIT_MS, FAILING_REASON, NOT_BEING_DELETED, offers, removeInBatches, replayEnd, replayInBatches, streaksOf, SUBSCRIPTION_COLUMNS, WEBHOOK_BATCH, type AttemptOutcome, type ClaimedDelivery, type Delivery, type DeliveryStatus, type Subscription, type WebhookStore } from './webhooks.js'
+import { BEING_DELETED, DELIVERY_COLUMNS, FAILING_LIMIT_MS, FAILING_REASON, IS_BEING_DELETED, NOT_BEING_DELETED, offers, removeInBatches, replayEnd, replayInBatches, streaksOf, SUBSCRIPTION_COLUMNS, WEBHOOK_BATCH, type AttemptOutcome, type ClaimedDelivery, type Delivery, type DeliveryStatus, type Subscription, type WebhookStore } from './webhooks.js'
 
 interface SubscriptionRow { id: bigint, url: string, events: string, tag: string | null, disabled_at: Date | null, disabled_reason: string | null, created_at: Date }
 interface DeliveryRow { id: bigint, webhook_id: bigint, position: bigint, type: ChangeType, plant_id: bigint, name: string, tag: string | null, status: DeliveryStatus, attempts: number, next_at: Date, created_at: Date }
@@ -46,7 +46,7 @@ function rowToDelivery (row: DeliveryRow, attempts: AttemptRow[]): Delivery {
 const DELIVER_SQL = `INSERT INTO webhook_deliveries (webhook_id, position, type, plant_id, name, tag, status, next_at, created_at)
   SELECT w.id, c.position, c.type, c.plant_id, c.name, c.tag, 'pending', $4, $4
   FROM webhooks w JOIN changes c ON c.position > $2 AND c.position <= $3
-  WHERE w.id = $1 AND position(' ' || c.type || ' ' IN ' ' || w.events || ' ') > 0 AND (w.tag IS NULL OR c.tag = w.tag OR c.tag_before = w.tag)
+  WHERE w.id = $1 AND w.${NOT_BEING_DELETED} AND position(' ' || c.type || ' ' IN ' ' || w.events || ' ') > 0 AND (w.tag IS NULL OR c.tag = w.tag OR c.tag_before = w.tag)
   ORDER BY c.position`
 
 /** Leases up to $4 of subscription $1's deliveries due at $2, until $3; rows another instance is leasing now are passed over. */
@@ -139,11 +139,11 @@ export function postgresWebhooks (read: <T>(work: (query: Query) => Promise<T>) 
     list: () => read(async (query) => (await query<SubscriptionRow>(`SELECT ${SUBSCRIPTION_COLUMNS} FROM webhooks WHERE ${NOT_BEING_DELETED} ORDER BY id`)).rows.map(rowToSubscription)),
     get: (id) => read(query => get(query, id)),
     remove: (id) => removeInBatches(() => transaction(async (query) => {
-      const { rowCount } = await query('UPDATE webhooks SET disabled_at = coalesce(disabled_at, $2), disabled_reason = $3 WHERE id = $1', [id, new Date(), BEING_DELETED])
+      const { rowCount } = await query(`UPDATE webhooks SET disabled_at = coalesce(disabled_at, $2), disabled_reason = '${BEING_DELETED}' WHERE id = $1`, [id, new Date()])
       if (rowCount === 0) return false
       return (await query('DELETE FROM webhook_deliveries WHERE id IN (SELECT id FROM webhook_deliveries WHERE webhook_id = $1 ORDER BY id LIMIT $2)', [id, WEBHOOK_BATCH])).rowCount ?? 0
     }), () => transaction(async (query) => (await query('DELETE FROM webhooks WHERE id = $1', [id])).rowCount === 1)),
-    beingDeleted: () => read(async (query) => (await query<{ id: bigint }>('SELECT id FROM webhooks WHERE disabled_reason = $1 ORDER BY id', [BEING_DELETED])).rows.map(row => Number(row.id))),
+    beingDeleted: () => read(async (query) => (await query<{ id: bigint }>(`SELECT id FROM webhooks WHERE ${IS_BEING_DELETED} ORDER BY id`)).rows.map(row => Number(row.id))),
     rotate: (id, secret, previousUntil) => transaction(async (query) =>
       (await query(`UPDATE webhooks SET previous_secret = secret, previous_until = $1, secret = $2 WHERE id = $3 AND ${NOT_BEING_DELETED}`, [previousUntil, secret, id])).rowCount === 1),
     enable: (id, now) => transaction(async (query) => {
@@ -160,7 +160,8 @@ export function postgresWebhooks (read: <T>(work: (query: Query) => Promise<T>) 
       return await withAttempts(query, rows)
     }),
     retry: (id, deliveryId, now) => transaction(async (query) => {
-      const { rows } = await query<DeliveryRow>(`UPDATE webhook_deliveries SET status = 'pending', next_at = $1 WHERE id = $2 AND webhook_id = $3 RETURNING ${DELIVERY_COLUMNS}`, [now, deliveryId, id])
+      const { rows } = await query<DeliveryRow>(`UPDATE webhook_deliveries SET status = 'pending', next_at = $1 WHERE id = $2 AND webhook_id = $3
+        AND webhook_id IN (SELECT id FROM webhooks WHERE ${NOT_BEING_DELETED}) RETURNING ${DELIVERY_COLUMNS}`, [now, deliveryId, id])
       return rows.length === 0 ? undefined : (await withAttempts(query, rows))[0]
     }),
     replay: async (id, after, now) => {
@@ -208,7 +209,7 @@ export function postgresWebhooks (read: <T>(work: (query: Query) => Promise<T>) 
     backlog: (now) => read(async (query) => {
       const { rows } = await query<{ due: number, disabled: number }>(`SELECT
         (SELECT count(*)::int FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id AND w.disabled_at IS NULL WHERE d.status = 'pending' AND d.next_at <= $1) AS due,
-        (SELECT count(*)::int FROM webhooks WHERE disabled_at IS NOT NULL) AS disabled`, [now])
+        (SELECT count(*)::int FROM webhooks WHERE disabled_at IS NOT NULL AND ${NOT_BEING_DELETED}) AS disabled`, [now])
       return rows[0]
     }),
     prune: (before, batch) => transaction(async (query) =>

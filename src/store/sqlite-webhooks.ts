@@ -3,7 +3,7 @@
 import type Database from 'better-sqlite3'
 import { BOUNDS_SQL, rowToPlant } from './sqlite-rows.js'
 import type { ChangeType, LogBounds } from './store.js'
-import { BEING_DELETED, DELIVERY_COLUMNS, FAILING_LIMIT_MS, FAILING_REASON, NOT_BEING_DELETED, offers, removeInBatches, replayEnd, replayInBatches, streaksOf, SUBSCRIPTION_COLUMNS, WEBHOOK_BATCH, type AttemptOutcome, type ClaimedDelivery, type Delivery, type DeliveryStatus, type NewSubscription, type Outlook, type Subscription, type WebhookStore } from './webhooks.js'
+import { BEING_DELETED, DELIVERY_COLUMNS, IS_BEING_DELETED, FAILING_LIMIT_MS, FAILING_REASON, NOT_BEING_DELETED, offers, removeInBatches, replayEnd, replayInBatches, streaksOf, SUBSCRIPTION_COLUMNS, WEBHOOK_BATCH, type AttemptOutcome, type ClaimedDelivery, type Delivery, type DeliveryStatus, type NewSubscription, type Outlook, type Subscription, type WebhookStore } from './webhooks.js'
 
 interface SubscriptionRow { id: bigint, url: string, events: string, tag: string | null, disabled_at: bigint | null, disabled_reason: string | null, created_at: bigint }
 interface DeliveryRow { id: bigint, webhook_id: bigint, position: bigint, type: ChangeType, plant_id: bigint, name: string, tag: string | null, status: DeliveryStatus, attempts: bigint, next_at: bigint }
@@ -41,7 +41,7 @@ function rowToDelivery (row: DeliveryRow & { created_at: bigint }, attempts: Att
 
 /** The changes after a subscription's cursor that it matches, as pending deliveries due at $now: its events, and its tag before or after. */
 const MATCHING = `FROM webhooks w JOIN changes c ON c.position > $after AND c.position <= $end
-  WHERE w.id = $id AND instr(' ' || w.events || ' ', ' ' || c.type || ' ') > 0 AND (w.tag IS NULL OR c.tag = w.tag OR c.tag_before = w.tag)`
+  WHERE w.id = $id AND w.${NOT_BEING_DELETED} AND instr(' ' || w.events || ' ', ' ' || c.type || ' ') > 0 AND (w.tag IS NULL OR c.tag = w.tag OR c.tag_before = w.tag)`
 const INSERT_DELIVERIES = `INSERT INTO webhook_deliveries (webhook_id, position, type, plant_id, name, tag, status, next_at, created_at)
   SELECT w.id, c.position, c.type, c.plant_id, c.name, c.tag, 'pending', $now, $now ${MATCHING} ORDER BY c.position`
 
@@ -61,7 +61,8 @@ export function webhookWrites (db: Database.Database) {
       WHERE id = ? AND disabled_at IS NOT NULL AND ${NOT_BEING_DELETED}`),
     // Those under an attempt now are left to its outcome: only a retry asked for brings them forward.
     dueNow: db.prepare("UPDATE webhook_deliveries SET next_at = min(next_at, $now) WHERE webhook_id = $id AND status = 'pending' AND lease_until <= $now"),
-    retry: db.prepare("UPDATE webhook_deliveries SET status = 'pending', next_at = ? WHERE id = ? AND webhook_id = ?"),
+    retry: db.prepare(`UPDATE webhook_deliveries SET status = 'pending', next_at = ? WHERE id = ? AND webhook_id = ?
+      AND webhook_id IN (SELECT id FROM webhooks WHERE ${NOT_BEING_DELETED})`),
     cursor: db.prepare('SELECT cursor FROM webhooks WHERE id = ?').pluck(),
     replayEnd: db.prepare(`SELECT cursor, disabled_at IS NOT NULL AS disabled FROM webhooks WHERE id = ? AND ${NOT_BEING_DELETED}`),
     enabled: db.prepare('SELECT id, cursor FROM webhooks WHERE disabled_at IS NULL AND cursor < ? ORDER BY id'),
@@ -171,7 +172,7 @@ export function webhookReads (db: Database.Database) {
   const sql = {
     list: db.prepare(`SELECT ${SUBSCRIPTION_COLUMNS} FROM webhooks WHERE ${NOT_BEING_DELETED} ORDER BY id`),
     get: db.prepare(`SELECT ${SUBSCRIPTION_COLUMNS} FROM webhooks WHERE id = ? AND ${NOT_BEING_DELETED}`),
-    beingDeleted: db.prepare(`SELECT id FROM webhooks WHERE disabled_reason = '${BEING_DELETED}' ORDER BY id`).pluck(),
+    beingDeleted: db.prepare(`SELECT id FROM webhooks WHERE ${IS_BEING_DELETED} ORDER BY id`).pluck(),
     deliveries: db.prepare(`SELECT ${DELIVERY_COLUMNS} FROM webhook_deliveries
       WHERE webhook_id = $id AND id > $after AND ($status IS NULL OR status = $status) ORDER BY id LIMIT $limit`),
     delivery: db.prepare(`SELECT ${DELIVERY_COLUMNS} FROM webhook_deliveries WHERE id = ? AND webhook_id = ?`),
@@ -181,7 +182,7 @@ export function webhookReads (db: Database.Database) {
       min((SELECT min(d.next_at) FROM webhook_deliveries d WHERE d.webhook_id = w.id AND d.status = 'pending')) AS next_due
       FROM change_log l LEFT JOIN webhooks w ON w.disabled_at IS NULL GROUP BY l.head`),
     due: db.prepare("SELECT count(*) FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id AND w.disabled_at IS NULL WHERE d.status = 'pending' AND d.next_at <= ?").pluck(),
-    disabled: db.prepare('SELECT count(*) FROM webhooks WHERE disabled_at IS NOT NULL').pluck()
+    disabled: db.prepare(`SELECT count(*) FROM webhooks WHERE disabled_at IS NOT NULL AND ${NOT_BEING_DELETED}`).pluck()
   }
   const withAttempts = (rows: Array<DeliveryRow & { created_at: bigint }>): Delivery[] => {
     const attempts = sql.attempts.all(JSON.stringify(rows.map(row => Number(row.id)))) as AttemptRow[]

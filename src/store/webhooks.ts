@@ -202,7 +202,8 @@ export async function replayInBatches (after: bigint, end: bigint, deliver: (fro
  * not shown, enabled, rotated or replayed; nothing is made or sent for it.
  */
 export const BEING_DELETED = 'Being deleted.'
-/** A subscription row the API sees: one not being deleted (SQL, on both stores). */
+/** SQL, on both stores: a subscription row being deleted, and one that is not (the only kind the API sees or acts on). */
+export const IS_BEING_DELETED = `disabled_reason = '${BEING_DELETED}'`
 export const NOT_BEING_DELETED = `disabled_reason IS DISTINCT FROM '${BEING_DELETED}'`
 
 /**
@@ -212,11 +213,11 @@ export const NOT_BEING_DELETED = `disabled_reason IS DISTINCT FROM '${BEING_DELE
  * starting instance finishing one cut short) has still done what it was asked.
  */
 export async function removeInBatches (retire: () => Promise<number | false>, remove: () => Promise<boolean>): Promise<boolean> {
-  for (let removed = WEBHOOK_BATCH, found = false; removed === WEBHOOK_BATCH;) {
-    const step = await retire()
-    if (step === false) return found
-    found = true
-    removed = step
+  let removed = await retire()
+  if (removed === false) return false
+  while (removed === WEBHOOK_BATCH) {
+    removed = await retire()
+    if (removed === false) return true // finished by another meanwhile
   }
   await remove()
   return true

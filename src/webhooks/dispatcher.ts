@@ -59,8 +59,10 @@ export class Dispatcher {
   private capped = false
   /** Poked since the last pass began: the next does not wait. */
   private poked = false
-  /** The store has ended the leases an earlier process left (WebhookStore.resume), and finished its deletes cut short: done before the first claim. */
+  /** The store has ended the leases an earlier process left (WebhookStore.resume): done before the first claim. */
   private resumed = false
+  /** The deletes cut short that this start finishes, beside the deliveries. */
+  private finishing?: Promise<void>
 
   constructor (private readonly options: DispatcherOptions) {
     this.now = options.now ?? (() => new Date())
@@ -100,10 +102,27 @@ export class Dispatcher {
       await Promise.race([work, new Promise<void>(resolve => { timer = setTimeout(resolve, Math.max(0, left)) })])
       clearTimeout(timer)
     }
-    await within(Promise.all([this.running?.catch(() => {}), ...this.inFlight]), ms - Math.min(ABANDON_MS, ms / 2))
+    await within(Promise.all([this.running?.catch(() => {}), this.finishing, ...this.inFlight]), ms - Math.min(ABANDON_MS, ms / 2))
     this.abandon.abort()
     await within(Promise.all(this.inFlight), until - performance.now())
     await within(this.flush().catch(() => {}), until - performance.now())
+  }
+
+  /**
+   * Finishes the deletes an earlier process began and did not end (killed between batches): to the
+   * API those subscriptions are gone already. Beside the passes, so that a long one holds up no
+   * delivery; one that fails (the store out of reach) is finished by the next start, or by a DELETE.
+   */
+  private async finishDeletes (): Promise<void> {
+    try {
+      for (const id of await this.options.store.beingDeleted()) {
+        if (this.stopped) return
+        await this.options.store.remove(id)
+        this.options.log.info({ webhookId: id }, 'webhooks: a delete cut short is finished')
+      }
+    } catch (error) {
+      this.options.log.warn({ cause: (error as Error).message }, 'webhooks: a delete cut short could not be finished; the next start tries again')
+    }
   }
 
   private async loop (): Promise<void> {
@@ -129,9 +148,8 @@ export class Dispatcher {
     this.poked = false
     if (!this.resumed) {
       await store.resume(this.now())
-      // Deletes cut short (their process killed) are finished: to the API those subscriptions are gone already.
-      for (const id of await store.beingDeleted()) await store.remove(id)
       this.resumed = true
+      this.finishing = this.finishDeletes()
     }
     const outlook = await store.outlook()
     let due = outlook.nextDue !== undefined && outlook.nextDue <= this.now()

@@ -9,8 +9,9 @@ import { StoreUnavailableError } from '../../src/errors.js'
 import { PostgresStore } from '../../src/store/postgres.js'
 import type { Store } from '../../src/store/store.js'
 import type { AttemptOutcome, ClaimedDelivery } from '../../src/store/webhooks.js'
+import { openStore } from '../../src/store/open.js'
 import { freshDatabase, testStores } from '../helpers.js'
-import { openTestStore } from '../stored.js'
+import { openTestStore, sqlOnce } from '../stored.js'
 
 const T0 = new Date('2026-11-25T00:00:00.000Z')
 const at = (ms: number): Date => new Date(T0.getTime() + ms)
@@ -303,6 +304,33 @@ for (const kind of testStores()) {
     await store.webhooks.enqueue(at(1), 500)
     const claimed = await store.webhooks.claim(at(2), at(20_000), { total: 8, perSubscription: 10 })
     assert.deepEqual([claimed.filter(d => d.webhookId === a).length, claimed.filter(d => d.webhookId === b).length], [7, 1])
+  })
+
+  test(`${kind}: a subscription being deleted is gone to all but its delete: not read, listed, enabled, rotated, replayed, retried or counted as disabled; nothing is made for it`, async (t) => {
+    const database = await freshDatabase(t, kind)
+    const store = await openStore(database.databaseUrl)
+    t.after(() => store.close())
+    const hook = await store.webhooks.create({ url: 'https://example.com/going', events: ['plant.created'], secret: SECRET }, T0)
+    const kept = await store.webhooks.create({ url: 'https://example.com/kept', events: ['plant.created'], secret: SECRET }, T0)
+    await store.create({ id: 1n, name: 'p1' })
+    await store.webhooks.enqueue(T0, 500)
+    const [delivery] = await store.webhooks.deliveries(hook.id, { limit: 1 })
+    // What a delete's first batch leaves, had its process been killed then (the store has no way to stop one halfway).
+    await sqlOnce(database, `UPDATE webhooks SET disabled_at = ${kind === 'postgres' ? 'now()' : T0.getTime()}, disabled_reason = 'Being deleted.' WHERE id = ${hook.id}`)
+    await store.create({ id: 2n, name: 'p2' })
+    assert.deepEqual(await store.webhooks.beingDeleted(), [hook.id])
+    assert.equal(await store.webhooks.get(hook.id), undefined)
+    assert.deepEqual((await store.webhooks.list()).map(w => w.id), [kept.id])
+    assert.equal(await store.webhooks.enable(hook.id, at(1)), undefined)
+    assert.equal(await store.webhooks.rotate(hook.id, SECRET, at(1)), false)
+    assert.equal(await store.webhooks.replay(hook.id, 0n, at(1)), 'not-found')
+    assert.equal(await store.webhooks.retry(hook.id, delivery.id, at(1)), undefined)
+    assert.deepEqual(await store.webhooks.backlog(at(1)), { due: 1, disabled: 0 }, 'the kept one\'s first delivery is due; none is disabled')
+    await store.webhooks.enqueue(at(1), 500)
+    assert.deepEqual((await store.webhooks.deliveries(hook.id, { limit: 10 })).map(d => d.position), [1n], 'nothing made of the change after it')
+    assert.equal(await store.webhooks.remove(hook.id), true, 'its delete is finished')
+    assert.deepEqual(await store.webhooks.beingDeleted(), [])
+    assert.equal((await store.webhooks.deliveries(kept.id, { limit: 10 })).length, 2)
   })
 
   test(`${kind}: a replay ends at the cursor (what follows is made deliveries anyway); long replays and deletes go a batch at a time`, async (t) => {
