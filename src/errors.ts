@@ -491,8 +491,11 @@ const LINGER_MS = 2000
 function answerOnSocket (socket: Socket, failure: { status: number, message: string }): void {
   socket.pause()
   const body = errorBody(failure.status, failure.message)
+  // A request whose head was read (its body failed) and that is a HEAD is answered as HEAD is: without the body.
+  const failing = (socket as Connection).parser?.incoming
+  const head = failing != null && !failing.complete && failing.method === 'HEAD'
   socket.end(`HTTP/1.1 ${failure.status} ${STATUS_CODES[failure.status] ?? ''}\r\n` +
-    `Content-Type: ${JSON_TYPE}\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`)
+    `Content-Type: ${JSON_TYPE}\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${head ? '' : body}`)
   const drop = setTimeout(() => socket.destroy(), LINGER_MS).unref()
   socket.once('close', () => clearTimeout(drop))
 }
