@@ -321,7 +321,14 @@ const clientErrorCodes: Record<string, FailureName> = {
  * of the client's writes is not found there, and is a 400.
  */
 function namesAnotherVersion (error: NodeJS.ErrnoException & { rawPacket?: Buffer }): boolean {
-  return error.code === 'HPE_INVALID_VERSION' && /^[!#$%&'*+.^_`|~0-9A-Za-z-]+ [^ ]+ HTTP\/[02-9]\.\d\r$/m.test(error.rawPacket?.toString('latin1') ?? '')
+  return refusedVersion(error)?.startsWith('1.') === false
+}
+
+/** The version of a well-formed request line that the parser refused for its version alone (`3.0`, `1.2`), where it can be found. */
+function refusedVersion (error: NodeJS.ErrnoException & { rawPacket?: Buffer }): string | undefined {
+  if (error.code !== 'HPE_INVALID_VERSION') return undefined
+  // Among the request lines the parser was reading (pipelined after others, perhaps), one of a version it does not read.
+  return /^[!#$%&'*+.^_`|~0-9A-Za-z-]+ [^ ]+ HTTP\/(?!1\.[01]\r)(\d\.\d)\r$/m.exec(error.rawPacket?.toString('latin1') ?? '')?.[1]
 }
 
 /**
@@ -378,6 +385,9 @@ const malformed: Record<string, string> = {
 function malformedMessage (error: NodeJS.ErrnoException & { reason?: string }): string {
   // Content-Length after Transfer-Encoding is a Content-Length error to the parser: the same fault as the other order.
   if (error.code === 'HPE_INVALID_CONTENT_LENGTH' && error.reason?.includes('Transfer-Encoding') === true) return BOTH_LENGTHS
+  // HTTP/1.2 and up: well-formed, and a version Node's parser does not read (RFC 9110 2.5 would have it read as 1.1).
+  const version = refusedVersion(error)
+  if (version !== undefined) return `The request line names HTTP/${version}, a version this server does not read; send the request as HTTP/1.1.`
   // The parser's line-ending codes serve chunked bodies too (`Expected LF after chunk data`).
   if (['HPE_CR_EXPECTED', 'HPE_LF_EXPECTED', 'HPE_STRICT'].includes(error.code ?? '') && /chunk/i.test(error.reason ?? '')) return CHUNKS
   return malformed[error.code ?? ''] ?? (error.reason === undefined ? failures.badRequest.message : `The request could not be understood as HTTP/1.1 (${error.reason}).`)

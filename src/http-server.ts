@@ -112,6 +112,9 @@ export function httpServer (requestTimeoutMs: number, pipelined = { waiting: 0 }
       uncount()
       waiting._onPendingData?.(-weight)
       request[TURN] = undefined
+      // Its connection closed before its turn came (the answer before it cut short: Node then ends
+      // that answer as if written, and hands the closed connection on): dropped, never begun.
+      if (connection.destroyed) return
       if (turn.instead !== undefined) return turn.instead()
       handler(request, response)
     })

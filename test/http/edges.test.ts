@@ -142,6 +142,10 @@ for (const store of testStores()) {
         const answer = await rawExchange(server, line, { waitMs: 1000 })
         assert.ok(isRawErrorBody(answer.text, 400), `${JSON.stringify(line)}: ${answer.text}`)
       }
+      // HTTP/1.2: well-formed, said so (the parser reads no 1.x but 1.0 and 1.1).
+      const minor = await rawExchange(server, 'GET /healthz HTTP/1.2\r\nHost: x\r\n\r\n', { waitMs: 1000 })
+      assert.ok(isRawErrorBody(minor.text, 400), minor.text)
+      assert.equal(parseRaw(minor.text).body.message, 'The request line names HTTP/1.2, a version this server does not read; send the request as HTTP/1.1.')
       assert.equal((await call(server, 'GET', '/plants/505')).status, 404, 'nothing stored')
       assert.equal((await rawExchange(server, 'GET /healthz HTTP/1.0\r\n\r\n', { waitMs: 1000 })).text.split('\r\n')[0], 'HTTP/1.1 200 OK', 'HTTP/1.0 is served')
     })

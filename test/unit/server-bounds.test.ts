@@ -84,6 +84,22 @@ test('a client that stops reading its answer is closed once no byte has moved fo
   assert.ok(after >= 300 && after < 4000, `closed after ${after.toFixed(0)} ms`)
 })
 
+test('requests pipelined behind an answer cut short (its connection closed as stalled) are dropped, never begun: none answers into the closed connection', async (t) => {
+  let begun = 0
+  const server = await serving(t, (response) => {
+    begun++
+    response.end(Buffer.alloc(32 * MIB, 'x')) // more than the kernel's buffers hold: it cannot finish while nothing is read
+  }, 300)
+  const socket = await connection(server.port)
+  t.after(() => socket.destroy())
+  socket.pause() // reads nothing
+  socket.write(GET.repeat(3))
+  const after = await server.closed()
+  assert.ok(after >= 300 && after < 4000, `closed after ${after.toFixed(0)} ms`)
+  await sleep(200)
+  assert.equal(begun, 1, 'only the first request began')
+})
+
 test('a client that reads a large answer slowly gets all of it however long it takes: one write taken by the kernel a piece at a time moves', async (t) => {
   const size = 12 * MIB
   const server = await serving(t, (response) => { response.end(Buffer.alloc(size, 'x')) }, 300)
