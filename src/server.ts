@@ -1,3 +1,4 @@
+import { statSync } from 'node:fs'
 import { resolve } from 'node:path'
 import pino from 'pino'
 import { buildApp, workMayRunMs } from './app.js'
@@ -7,7 +8,7 @@ import { logDestination } from './log.js'
 import { openStore } from './store/open.js'
 import { PostgresStore } from './store/postgres.js'
 import { ALL_SCOPES, type Store } from './store/store.js'
-import { digestOf, generateToken } from './tokens.js'
+import { digestOf, discards, generateToken } from './tokens.js'
 import { endStartSignals } from './start-signals.js'
 
 /** On a store without any token, creates one with every scope and returns it, once. */
@@ -38,6 +39,16 @@ function banner (token: string, url: string, databaseUrl: string): string {
     rule,
     ''
   ].join('\n')
+}
+
+/** True when a SQLite store's WAL is still there, not empty, after its close: the .db alone is not the whole store. */
+function walLeft (databaseUrl: string): boolean {
+  if (isPostgresUrl(databaseUrl)) return false
+  try {
+    return statSync(`${databaseUrl}-wal`).size > 0
+  } catch {
+    return false
+  }
 }
 
 /** Why the server could not listen, in one line that says what to change. */
@@ -120,6 +131,9 @@ export async function serve (config: Config): Promise<void> {
     // Commits and syncs what it holds and checkpoints the WAL into the .db, waiting for a lock or a
     // sync no later than half a second before the deadline: the exit is still 0 and on time.
     await store.close(deadline - (Date.now() - signalled) - 500)
+    if (walLeft(config.databaseUrl)) {
+      log.warn('stopped with the WAL not emptied into the database file: another process was reading the store (an export, a backup); keep the -wal file beside the .db if you copy it (the next start empties it)')
+    }
     clearTimeout(giveUp)
     process.exit(0)
   }
@@ -132,6 +146,12 @@ export async function serve (config: Config): Promise<void> {
 
   // Only now: a start that cannot listen must not use up the one token shown to a newcomer. A stop
   // that comes meanwhile closes the store under it: then no token is made, and that is no failure.
+  // Nor is one made for a banner no one would see (stderr to /dev/null): a later start shows it.
+  if (discards(2)) {
+    const tokens = await store.listTokens().catch(() => undefined)
+    if (tokens?.length === 0) log.warn('stderr goes to /dev/null, where no one would see the first token: none was made (make one with plantstore tokens create, or start once with stderr shown)')
+    return
+  }
   const token = await bootstrapToken(store).catch((error: unknown) => { if (closing) return undefined; throw error })
   if (token !== undefined) process.stderr.write(banner(token, url, config.databaseUrl))
 }

@@ -1,4 +1,5 @@
 import { hash, randomBytes } from 'node:crypto'
+import { fstatSync, statSync } from 'node:fs'
 import { ALL_SCOPES, type Scope } from './store/store.js'
 
 /** How long a server may answer from a token lookup it made; `tokens revoke` waits this out. */
@@ -7,6 +8,19 @@ export const TOKEN_CACHE_MS = 1000
 /** Tokens read `pst_` + 43 base64url characters: 256 random bits. */
 const TOKEN_PREFIX = 'pst_'
 const TOKEN_SHAPE = new RegExp(`^${TOKEN_PREFIX}[A-Za-z0-9_-]{43}$`)
+
+/**
+ * True when `fd` writes to /dev/null: given so (`> /dev/null`), or closed (Node then opens
+ * /dev/null in its place). A token written there, shown only once, would be shown to no one.
+ */
+export function discards (fd: number): boolean {
+  try {
+    const target = fstatSync(fd)
+    return target.isCharacterDevice() && target.rdev === statSync('/dev/null').rdev
+  } catch {
+    return false
+  }
+}
 
 /** A new secret token. It is shown once; only its digest is stored. */
 export function generateToken (): string {

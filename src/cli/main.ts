@@ -45,6 +45,7 @@ async function serve (args: string[]): Promise<void> {
 async function main (argv: string[]): Promise<void> {
   const [command, ...rest] = argv
   if (command === '--version') {
+    if (rest.length > 0) throw new ConfigError(`--version: unexpected argument ${quoted(rest[0])}; see plantstore --help.`)
     process.stdout.write(version() + '\n')
     return
   }

@@ -1,9 +1,9 @@
-import { fstatSync, statSync, writeSync } from 'node:fs'
+import { writeSync } from 'node:fs'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { ConfigError, quoted } from '../config.js'
 import { StoreUnavailableError } from '../errors.js'
 import { DEFAULT_SCOPES, type NewToken, type Scope, type Store, type TokenRecord } from '../store/store.js'
-import { digestOf, generateToken, isScope, isTokenName, parseDuration, TEN_YEARS_MS, TOKEN_CACHE_MS } from '../tokens.js'
+import { digestOf, discards, generateToken, isScope, isTokenName, parseDuration, TEN_YEARS_MS, TOKEN_CACHE_MS } from '../tokens.js'
 import { parseCommand, type Parsed } from './args.js'
 import { databaseUrlOf, openForCommand } from './database.js'
 import { USAGE } from './usage.js'
@@ -59,16 +59,6 @@ function writeAll (fd: number, text: string): void {
       if ((error as NodeJS.ErrnoException).code !== 'EAGAIN') throw error
       Atomics.wait(pause, 0, 0, 10) // the reader is there, and slow: wait for it, as a blocking write would
     }
-  }
-}
-
-/** True when `fd` writes to /dev/null: given so (`> /dev/null`), or closed (Node then opens /dev/null in its place). */
-function discards (fd: number): boolean {
-  try {
-    const target = fstatSync(fd)
-    return target.isCharacterDevice() && target.rdev === statSync('/dev/null').rdev
-  } catch {
-    return false
   }
 }
 

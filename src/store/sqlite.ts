@@ -268,7 +268,8 @@ export class SqliteStore implements Store {
     await this.checkpoints.close()
     if (this.wal.suspect === undefined) {
       try {
-        checkpoint(this.writer.db, left())
+        // As long as the stop allows: a reader in another process (an export) holds the frames after its snapshot in the WAL until it ends.
+        checkpoint(this.writer.db, Math.max(0, by - Date.now()))
       } catch {
         // another process is checkpointing or writing: the WAL stays, and is not lost
       }

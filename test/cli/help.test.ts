@@ -25,6 +25,8 @@ test('plantstore --version prints the version in package.json', (t) => {
   const result = cli(tempDir(t), ['--version'])
   assert.equal(result.status, 0)
   assert.equal(result.stdout, `${version}\n`)
+  const extra = cli(tempDir(t), ['--version', 'extra'])
+  assert.deepEqual([extra.status, extra.stdout, extra.stderr], [1, '', 'plantstore: --version: unexpected argument "extra"; see plantstore --help.\n'])
 })
 
 test('commands other than serve start without the HTTP stack: neither Fastify nor prom-client is loaded', (t) => {

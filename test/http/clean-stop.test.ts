@@ -24,3 +24,27 @@ test('after SIGTERM the .db file alone holds every plant: a copy of just that fi
   t.after(() => db.close())
   assert.equal((db.prepare('SELECT count(*) AS n FROM plants').get() as { n: number }).n, 30)
 })
+
+test('a stop while another process reads the store (an export) cannot empty the WAL: it says so at warn, exits 0 on time, and the next start has every plant', async (t) => {
+  const server = await startServer(t, { env: { SHUTDOWN_TIMEOUT: '2' } })
+  for (let id = 1; id <= 3; id++) assert.equal((await call(server, 'POST', '/plants', { body: { id, name: `Plant ${id}` } })).status, 200)
+  // A reader with a snapshot, as an export holds one: what is written after it cannot be copied into the .db until it ends.
+  const reader = openDatabase(server.dbPath, { readonly: true })
+  t.after(() => { if (reader.open) reader.close() })
+  reader.prepare('BEGIN').run()
+  reader.prepare('SELECT count(*) FROM plants').get()
+  for (let id = 4; id <= 6; id++) assert.equal((await call(server, 'POST', '/plants', { body: { id, name: `Plant ${id}` } })).status, 200)
+
+  const stopping = Date.now()
+  server.process.kill('SIGTERM')
+  assert.equal(await server.exited, 0)
+  assert.ok(Date.now() - stopping < 2500, `stopped in ${Date.now() - stopping} ms`)
+  const warned = server.stdout().trim().split('\n').map(line => JSON.parse(line)).filter(line => line.level === 40)
+  assert.deepEqual(warned.map(line => line.msg), ['stopped with the WAL not emptied into the database file: another process was reading the store (an export, a backup); keep the -wal file beside the .db if you copy it (the next start empties it)'])
+  assert.ok(statSync(`${server.dbPath}-wal`).size > 0, 'the WAL is there')
+  reader.prepare('COMMIT').run()
+  reader.close()
+
+  const again = await startServer(t, { dir: server.dir, token: server.token })
+  assert.deepEqual((await call(again, 'GET', '/plants')).body.map((plant: { id: number }) => plant.id), [1, 2, 3, 4, 5, 6])
+})

@@ -114,6 +114,18 @@ for (const store of testStores()) {
       assert.equal((await call(server, 'POST', '/plants', { body: { id: 1, name: 'Fern' } })).status, 200)
     })
 
+    test('a first start whose stderr goes to /dev/null makes no token no one would see, and says so on stdout; a start that shows stderr makes it', async (t) => {
+      const database = await freshDatabase(t, store)
+      const unseen = await startServer(t, { databaseUrl: database.databaseUrl, token: 'none', wrapper: ['sh', '-c', 'exec "$@" 2>/dev/null', 'sh'] })
+      const warned = unseen.stdout().trim().split('\n').map(line => JSON.parse(line)).filter(line => line.level === 40).map(line => line.msg)
+      assert.deepEqual(warned, ['stderr goes to /dev/null, where no one would see the first token: none was made (make one with plantstore tokens create, or start once with stderr shown)'])
+      assert.equal(cli(database, ['tokens', 'list']).stdout.trim(), '', 'no token')
+      unseen.process.kill('SIGTERM')
+      assert.equal(await unseen.exited, 0)
+      const shown = await startServer(t, database) // reads the token from the banner
+      assert.equal((await call(shown, 'POST', '/plants', { body: { id: 1, name: 'Fern' } })).status, 200)
+    })
+
     test('the first-start banner names the database: a SQLite file by its absolute path, PostgreSQL without its URL (which may hold a password)', async (t) => {
       const dir = tempDir(t)
       // On PostgreSQL, a URL with a password (the test server trusts every connection, so any will do).

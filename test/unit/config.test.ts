@@ -17,12 +17,12 @@ test('bad values fail with a sentence naming the setting', () => {
 })
 
 test('DATABASE_URL: a URL of a scheme other than postgres(ql):// is refused, naming the scheme and not the rest; a path that only looks so is written ./', () => {
-  for (const url of ['mysql://app:secret@db/plants', 'postgress://db/plants', 'POSTGRES://db/plants', 'postgres:/app:secret@db/plants', 'sqlite:///tmp/plants.db', 'file:/tmp/plants.db']) {
+  for (const url of ['mysql://app:secret@db/plants', 'postgress://db/plants', 'POSTGRES://db/plants', 'postgres:/app:secret@db/plants', 'postgres:app:secret@db/plants', 'sqlite:///tmp/plants.db', 'sqlite:plants.db', 'file:/tmp/plants.db', 'file:plants.db', 'file:./db/plants.db']) {
     const scheme = url.slice(0, url.indexOf(':'))
     assert.throws(() => loadConfig({ DATABASE_URL: url }), (error: Error) =>
       error.message.startsWith(`DATABASE_URL begins as a ${scheme}: URL, but only postgres:// and postgresql:// (in lower case) select a database server`) && !error.message.includes('secret') && !error.message.includes('db/plants'))
   }
-  for (const url of ['postgres://db/plants', 'postgresql://db/plants', './mysql://x.db', 'data/plants.db', 'C:plants.db', 'file:plants.db']) assert.equal(loadConfig({ DATABASE_URL: url }).databaseUrl, url)
+  for (const url of ['postgres://db/plants', 'postgresql://db/plants', './mysql://x.db', './file:plants.db', 'data/plants.db', 'C:plants.db', 'data/a:b.db']) assert.equal(loadConfig({ DATABASE_URL: url }).databaseUrl, url)
 })
 
 test('DATABASE_URL=:memory: (SQLite\'s database in memory, which keeps nothing) is refused in one line; ./:memory: is a file', () => {
