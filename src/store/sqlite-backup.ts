@@ -1,4 +1,4 @@
-import { closeSync, existsSync, fsyncSync, linkSync, openSync, realpathSync, rmSync, statSync } from 'node:fs'
+import { closeSync, existsSync, fsyncSync, linkSync, openSync, readdirSync, realpathSync, rmSync, statSync } from 'node:fs'
 import { basename, dirname, join, resolve } from 'node:path'
 import { ConfigError } from '../config.js'
 import { openDatabase } from './sqlite-driver.js'
@@ -34,6 +34,7 @@ export async function backupSqlite (source: string, destination: string): Promis
     throw new ConfigError(`${resolve(destination)} is a name SQLite keeps for the store's own files; choose another.`)
   }
   if (existsSync(destination)) throw new ConfigError(`${resolve(destination)} already exists; a backup never overwrites a file, so remove it or choose another name.`)
+  removeAbandoned(destination)
   const partial = partialOf(destination)
   try {
     closeSync(openSync(partial, 'wx', 0o600)) // SQLite keeps the mode of a file it finds
@@ -92,6 +93,34 @@ function isDirectory (path: string): boolean {
 /** The temporary name a backup to `destination` is written under, beside it, until it is whole. */
 function partialOf (destination: string): string {
   return join(dirname(destination), `.${basename(destination)}.partial-${process.pid}`)
+}
+
+/**
+ * Removes what backups to `destination` killed part way (`kill -9`: no cleanup runs) left under
+ * their temporary names: those of processes no longer running. Another's under way is left alone.
+ */
+function removeAbandoned (destination: string): void {
+  const prefix = `.${basename(destination)}.partial-`
+  let names: string[]
+  try {
+    names = readdirSync(dirname(resolve(destination)))
+  } catch {
+    return // no directory: said when the partial copy cannot be made
+  }
+  for (const found of names) {
+    const pid = found.startsWith(prefix) ? /^(\d+)(-journal)?$/.exec(found.slice(prefix.length))?.[1] : undefined
+    if (pid !== undefined && !running(Number(pid))) rmSync(join(dirname(destination), found), { force: true })
+  }
+}
+
+/** True when a process `pid` runs (or exists, and is another user's). */
+function running (pid: number): boolean {
+  try {
+    process.kill(pid, 0)
+    return true
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === 'EPERM'
+  }
 }
 
 /** Removes what a backup to `destination` left under its temporary name (the copy and its journal), if anything. */

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict'
 import { openDatabase } from '../../src/store/sqlite-driver.js'
-import { spawn } from 'node:child_process'
+import { spawn, spawnSync } from 'node:child_process'
 import { existsSync, readdirSync, readFileSync, statSync, symlinkSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { test, type TestContext } from 'node:test'
@@ -46,6 +46,18 @@ test('plantstore backup copies a live store consistently, while plants are being
   assert.equal(copy.prepare('SELECT count(*) FROM plants WHERE id <= 20000').pluck().get(), 20_000)
   for (const n of beforeBackup) assert.ok(ids.has(n), `plant ${n} was acknowledged before the backup began`)
   assert.equal(copy.prepare('SELECT count(*) FROM tokens').pluck().get(), 1)
+})
+
+test('plantstore backup removes what a backup to the same FILE killed part way left (kill -9: no cleanup ran), not what one running leaves', (t) => {
+  const dir = tempDir(t)
+  assert.equal(cli(dir, ['migrate']).status, 0)
+  const gone = spawnSync(process.execPath, ['-e', '']).pid! // a process that has ended: its partial copy is abandoned
+  const abandoned = [`.copy.db.partial-${gone}`, `.copy.db.partial-${gone}-journal`]
+  const running = [`.copy.db.partial-${process.pid}`, `.other.db.partial-${gone}`] // a backup under way (this process), another FILE's
+  for (const name of [...abandoned, ...running]) writeFileSync(join(dir, name), 'part')
+  const result = cli(dir, ['backup', join(dir, 'copy.db')])
+  assert.equal(result.status, 0, result.stderr)
+  assert.deepEqual(readdirSync(dir).filter(name => name.includes('.partial-')).sort(), [...running].sort())
 })
 
 test('plantstore backup never overwrites a file, and says why in one line', (t) => {
