@@ -19,7 +19,7 @@ import { SqliteStore } from '../src/store/sqlite.js'
 const WARM_UP = 20_000
 const [writes, batch, rounds] = [Number(process.argv[2] ?? 20_000), Number(process.argv[3] ?? 30), Number(process.argv[4] ?? 5)]
 
-interface Subject { create: (id: bigint) => Promise<unknown>, close: () => Promise<void>, commits: () => number }
+interface Subject { create: (id: bigint) => Promise<unknown>, close: () => Promise<unknown>, commits: () => number }
 
 function theStore (path: string): Subject {
   const store = new SqliteStore(path)

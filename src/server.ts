@@ -1,4 +1,3 @@
-import { statSync } from 'node:fs'
 import { resolve } from 'node:path'
 import pino from 'pino'
 import { buildApp, workMayRunMs } from './app.js'
@@ -11,11 +10,15 @@ import { ALL_SCOPES, type Store } from './store/store.js'
 import { digestOf, discards, generateToken } from './tokens.js'
 import { endStartSignals } from './start-signals.js'
 
-/** On a store without any token, creates one with every scope and returns it, once. */
-async function bootstrapToken (store: Store): Promise<string | undefined> {
+/**
+ * On a store without any token, creates one with every scope and returns it, once; unless no one
+ * would `see` it (its banner sent to /dev/null): then none is made, and that is said.
+ */
+async function bootstrapToken (store: Store, seen: boolean): Promise<string | 'unseen' | undefined> {
   // Read first: a store with tokens, the usual start, needs no write (one that could wait, on
   // PostgreSQL, for a synchronous standby that is away: the start would fail for want of it).
   if ((await store.listTokens()).length > 0) return undefined
+  if (!seen) return 'unseen'
   const token = generateToken()
   const created = await store.createFirstToken({ name: 'initial', digest: digestOf(token), scopes: ALL_SCOPES })
   return created === undefined ? undefined : token
@@ -39,16 +42,6 @@ function banner (token: string, url: string, databaseUrl: string): string {
     rule,
     ''
   ].join('\n')
-}
-
-/** True when a SQLite store's WAL is still there, not empty, after its close: the .db alone is not the whole store. */
-function walLeft (databaseUrl: string): boolean {
-  if (isPostgresUrl(databaseUrl)) return false
-  try {
-    return statSync(`${databaseUrl}-wal`).size > 0
-  } catch {
-    return false
-  }
 }
 
 /** Why the server could not listen, in one line that says what to change. */
@@ -130,10 +123,8 @@ export async function serve (config: Config): Promise<void> {
     await pruning.stop()
     // Commits and syncs what it holds and checkpoints the WAL into the .db, waiting for a lock or a
     // sync no later than half a second before the deadline: the exit is still 0 and on time.
-    await store.close(deadline - (Date.now() - signalled) - 500)
-    if (walLeft(config.databaseUrl)) {
-      log.warn('stopped with the WAL not emptied into the database file: another process was reading the store (an export, a backup); keep the -wal file beside the .db if you copy it (the next start empties it)')
-    }
+    const left = await store.close(deadline - (Date.now() - signalled) - 500)
+    if (left !== undefined) log.warn(`stopped; ${left}`)
     clearTimeout(giveUp)
     process.exit(0)
   }
@@ -147,11 +138,7 @@ export async function serve (config: Config): Promise<void> {
   // Only now: a start that cannot listen must not use up the one token shown to a newcomer. A stop
   // that comes meanwhile closes the store under it: then no token is made, and that is no failure.
   // Nor is one made for a banner no one would see (stderr to /dev/null): a later start shows it.
-  if (discards(2)) {
-    const tokens = await store.listTokens().catch(() => undefined)
-    if (tokens?.length === 0) log.warn('stderr goes to /dev/null, where no one would see the first token: none was made (make one with plantstore tokens create, or start once with stderr shown)')
-    return
-  }
-  const token = await bootstrapToken(store).catch((error: unknown) => { if (closing) return undefined; throw error })
-  if (token !== undefined) process.stderr.write(banner(token, url, config.databaseUrl))
+  const token = await bootstrapToken(store, !discards(2)).catch((error: unknown) => { if (closing) return undefined; throw error })
+  if (token === 'unseen') log.warn('stderr goes to /dev/null, where no one would see the first token: none was made (make one with plantstore tokens create, or start once with stderr shown)')
+  else if (token !== undefined) process.stderr.write(banner(token, url, config.databaseUrl))
 }

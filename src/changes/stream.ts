@@ -75,16 +75,30 @@ export async function streamChanges ({ request, reply, store, feed, stillAllowed
     let page = first
     let lastId = from
     let lastWrite = performance.now()
+    let lastBeat = performance.now()
     let lastCheck = performance.now()
+    /**
+     * What goes out now beside the changes: a comment line when one is due (at least every
+     * HEARTBEAT_MS, events or not), and, for changes passed over by the filter, a bookmark, so
+     * that a resume starts past them, never at a position the log may have dropped.
+     */
+    const extras = (next: bigint, now: number): string => {
+      let text = ''
+      if (now - lastBeat >= HEARTBEAT_MS) {
+        text += ': heartbeat\n\n'
+        lastBeat = now
+      }
+      if (tag !== undefined && next !== lastId && now - lastWrite >= BOOKMARK_MS) {
+        text += bookmark(next)
+        lastId = next
+      }
+      return text
+    }
     if (!await writeWhenRoom(res, `retry: ${RETRY_MS}\n\n`, feed)) return
     for (;;) {
       let text = page.changes.map(change => event(change.position, change.type, serialize(changeOf(change)))).join('')
       if (page.changes.length > 0) lastId = page.changes[page.changes.length - 1].position
-      // Changes passed over by the filter: a bookmark, so a resume starts past them, never at a position the log may have dropped.
-      if (tag !== undefined && page.next !== lastId && performance.now() - lastWrite >= BOOKMARK_MS) {
-        text += bookmark(page.next)
-        lastId = page.next
-      }
+      text += extras(page.next, performance.now())
       if (text !== '') {
         if (!await writeWhenRoom(res, text, feed)) { why = left ? why : feed.closing ? 'server stopping' : 'reader stalled'; return }
         sent += page.changes.length
@@ -99,15 +113,14 @@ export async function streamChanges ({ request, reply, store, feed, stillAllowed
           lastCheck = now
           if (!await stillAllowed(request, 'plants:read').catch(() => true)) { why = 'token no longer valid'; return }
         }
-        // A bookmark is a write too: the heartbeat is for a stream that has had nothing to say.
-        const owed = tag !== undefined && page.next !== lastId
-        if (now - lastWrite >= (owed ? BOOKMARK_MS : HEARTBEAT_MS)) {
-          if (!await writeWhenRoom(res, owed ? bookmark(page.next) : ': heartbeat\n\n', feed)) return
-          lastId = owed ? page.next : lastId
+        const text = extras(page.next, now)
+        if (text !== '') {
+          if (!await writeWhenRoom(res, text, feed)) return
           lastWrite = performance.now()
         }
-        const next = tag !== undefined && page.next !== lastId ? BOOKMARK_MS : HEARTBEAT_MS
-        const wait = Math.min(next - (performance.now() - lastWrite), RECHECK_MS - (performance.now() - lastCheck))
+        const sinceWrite = performance.now() - lastWrite
+        const bookmarkDue = tag !== undefined && page.next !== lastId ? BOOKMARK_MS - sinceWrite : Infinity
+        const wait = Math.min(HEARTBEAT_MS - (performance.now() - lastBeat), bookmarkDue, RECHECK_MS - (performance.now() - lastCheck))
         await untilClosed(res, feed.beyond(page.next, Math.max(1, wait)))
       }
       if (left) return

@@ -527,14 +527,15 @@ export class PostgresStore implements Store {
   }
 
   /** Refuses new calls, lets those under way finish, and closes the pool's connections. */
-  close (): Promise<void> {
+  close (): Promise<undefined> {
     this.closed = true
     this.closing ??= (async () => {
       await this.searching
       await this.pool.end().catch(() => {})
+      return undefined
     })()
     return this.closing
   }
 
-  private closing?: Promise<void>
+  private closing?: Promise<undefined>
 }

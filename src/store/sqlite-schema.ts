@@ -147,12 +147,17 @@ export function migrate (path: string): void {
 }
 
 /**
- * Copies every page of the WAL into the database file and empties the WAL, so that the `.db`
- * file alone holds all the data (what a plain file copy takes). It waits for readers of other
- * processes for `busyTimeoutMs` at most; true if it completed.
+ * Copies every page of the WAL into the database file, so that the `.db` file alone holds all the
+ * data (what a plain file copy takes), then empties the WAL if no one reads it. Readers of other
+ * processes on an older snapshot (an export, a backup) keep the pages written after it in the WAL:
+ * it waits `busyTimeoutMs` at most for them to end (not for readers that are up to date, which only
+ * keep the WAL from being emptied). True when the database file holds every commit.
  */
 export function checkpoint (db: Database.Database, busyTimeoutMs: number): boolean {
+  type Outcome = Array<{ busy: number | bigint, log: number | bigint, checkpointed: number | bigint }>
   db.pragma(`busy_timeout = ${busyTimeoutMs}`)
-  const [{ busy }] = db.pragma('wal_checkpoint(TRUNCATE)') as Array<{ busy: number | bigint }>
-  return Number(busy) === 0
+  const [{ busy, log, checkpointed }] = db.pragma('wal_checkpoint(FULL)') as Outcome
+  db.pragma('busy_timeout = 0')
+  db.pragma('wal_checkpoint(TRUNCATE)')
+  return Number(busy) === 0 && Number(log) === Number(checkpointed)
 }

@@ -240,17 +240,17 @@ export class SqliteStore implements Store {
    * whichever comes first: then 503, unstored), then leaves a self-contained `.db` file: the
    * reader and the checkpointer close first, so the write connection is the last one; it empties
    * the WAL into the database file and removes it. Past `withinMs` it waits for no sync and no
-   * lock: a WAL it could not empty (another process holds the lock) stays beside the file,
-   * complete, for the next start.
+   * lock: a WAL it could not empty (another process holds the lock, or reads an older snapshot)
+   * stays beside the file, complete, for the next start; it resolves then with a sentence that says so.
    */
-  close (withinMs = this.limits.writeTimeoutMs): Promise<void> {
+  close (withinMs = this.limits.writeTimeoutMs): Promise<string | undefined> {
     this.closing ??= this.closeOnce(Date.now() + withinMs)
     return this.closing
   }
 
-  private closing?: Promise<void>
+  private closing?: Promise<string | undefined>
 
-  private async closeOnce (by: number): Promise<void> {
+  private async closeOnce (by: number): Promise<string | undefined> {
     this.reads.run() // reads and writes still waiting for the end of this turn go first
     this.pipeline.flush()
     while (this.pipeline.waiting > 0) {
@@ -266,10 +266,11 @@ export class SqliteStore implements Store {
     await this.wal.drain(left())
     this.db.close()
     await this.checkpoints.close()
+    let whole = false
     if (this.wal.suspect === undefined) {
       try {
-        // As long as the stop allows: a reader in another process (an export) holds the frames after its snapshot in the WAL until it ends.
-        checkpoint(this.writer.db, Math.max(0, by - Date.now()))
+        // As long as the stop allows: a reader in another process (an export) keeps the pages written after its snapshot in the WAL until it ends.
+        whole = checkpoint(this.writer.db, Math.max(0, by - Date.now()))
       } catch {
         // another process is checkpointing or writing: the WAL stays, and is not lost
       }
@@ -277,5 +278,6 @@ export class SqliteStore implements Store {
     this.writer.db.close()
     closeSync(this.walFd)
     closeSync(this.dbFd)
+    return whole ? undefined : 'the last writes are in the WAL, not yet in the database file: another process was using the store (an export, a backup, an import), or a sync failed; keep the -wal file beside the .db if you copy it (the next start empties it)'
   }
 }

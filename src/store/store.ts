@@ -236,6 +236,10 @@ export interface Store {
 
   /** Resolves when the store can answer queries; throws StoreUnavailableError otherwise. */
   ping (): Promise<void>
-  /** Closes the store once the calls under way have ended; `withinMs` bounds its own waits (a lock, a sync), where it has any. */
-  close (withinMs?: number): Promise<void>
+  /**
+   * Closes the store once the calls under way have ended; `withinMs` bounds its own waits (a lock,
+   * a sync), where it has any. Resolves with what the operator should know of how it was left, if
+   * anything (SQLite: its last writes in the WAL, not yet in the database file).
+   */
+  close (withinMs?: number): Promise<string | undefined>
 }

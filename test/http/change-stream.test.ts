@@ -111,6 +111,19 @@ describe('stream bounds (SQLite)', { concurrency: 2 }, () => {
     }
   })
 
+  test('heartbeats: a stream whose events never pause gets a comment line within 15 s all the same (SPEC: at least every 15 s)', { timeout: 20_000 }, async (t) => {
+    const server = await startServer(t)
+    const stream = await openStream(`${server.url}/plants/changes`, server.token)
+    t.after(stream.close)
+    const opened = performance.now()
+    for (let id = 1; !stream.comments.some(comment => comment.text.startsWith(': heartbeat')); id++) {
+      assert.ok(performance.now() - opened < 15_000, `no heartbeat within 15 s, among ${stream.events.length} events`)
+      await post(server, id, 'plain')
+      await sleep(250)
+    }
+    assert.ok(stream.events.length >= 30, `events kept coming: ${stream.events.length}`)
+  })
+
   test('resume across a SIGKILL and a restart: no change missed, none repeated', { timeout: 60_000 }, async (t) => {
     const first = await startServer(t)
     const seen: string[] = []

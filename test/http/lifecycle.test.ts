@@ -117,8 +117,10 @@ for (const store of testStores()) {
     test('a first start whose stderr goes to /dev/null makes no token no one would see, and says so on stdout; a start that shows stderr makes it', async (t) => {
       const database = await freshDatabase(t, store)
       const unseen = await startServer(t, { databaseUrl: database.databaseUrl, token: 'none', wrapper: ['sh', '-c', 'exec "$@" 2>/dev/null', 'sh'] })
-      const warned = unseen.stdout().trim().split('\n').map(line => JSON.parse(line)).filter(line => line.level === 40).map(line => line.msg)
-      assert.deepEqual(warned, ['stderr goes to /dev/null, where no one would see the first token: none was made (make one with plantstore tokens create, or start once with stderr shown)'])
+      // Said once it listens, after the look at the store's tokens.
+      const warned = (): string[] => unseen.stdout().trim().split('\n').map(line => JSON.parse(line)).filter(line => line.level === 40).map(line => line.msg)
+      for (const deadline = Date.now() + 5000; warned().length === 0 && Date.now() < deadline;) await new Promise(resolve => setTimeout(resolve, 50))
+      assert.deepEqual(warned(), ['stderr goes to /dev/null, where no one would see the first token: none was made (make one with plantstore tokens create, or start once with stderr shown)'])
       assert.equal(cli(database, ['tokens', 'list']).stdout.trim(), '', 'no token')
       unseen.process.kill('SIGTERM')
       assert.equal(await unseen.exited, 0)
