@@ -92,9 +92,10 @@ const table = {
       if (/[\u0000-\u001f\u007f-\u009f\u2028\u2029]/.test(t)) throw new ConfigError('DATABASE_URL holds a control character (a line break, a tab); remove it.')
       // A URL of another scheme or a mistyped one (`postgres:/`, `postgres:user@host`, Prisma's
       // `file:dev.db`, another database) would otherwise become a new SQLite file with a new first
-      // token: any `scheme:/`, and a database's or a file's scheme without the slash (a name such as
-      // `data:2024.db` stays a name). Only the scheme is named: the rest may hold a password.
-      const scheme = /^([A-Za-z][A-Za-z0-9+.-]*):\//.exec(t)?.[1] ?? /^(postgres(?:ql)?|file|sqlite3?|mysql|mariadb|mongodb|redis|jdbc):/i.exec(t)?.[1]
+      // token: any `scheme:/` (of two characters at least: `C:` is no scheme), and a database's or a
+      // file's scheme without the slash (a name such as `data:2024.db` stays a name). Only the
+      // scheme is named: the rest may hold a password.
+      const scheme = /^([A-Za-z][A-Za-z0-9+.-]+):\//.exec(t)?.[1] ?? /^(postgres(?:ql)?|file|sqlite3?|mysql|mariadb|mongodb|redis|jdbc):/i.exec(t)?.[1]
       if (scheme !== undefined && !isPostgresUrl(t)) {
         throw new ConfigError(`DATABASE_URL begins as a ${scheme}: URL, but only postgres:// and postgresql:// (in lower case) select a database server; a SQLite file whose path begins so is written ./${scheme}:….`)
       }

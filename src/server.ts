@@ -14,14 +14,14 @@ import { endStartSignals } from './start-signals.js'
  * On a store without any token, creates one with every scope and returns it, once; unless no one
  * would `see` it (its banner sent to /dev/null): then none is made, and that is said.
  */
-async function bootstrapToken (store: Store, seen: boolean): Promise<string | 'unseen' | undefined> {
+async function bootstrapToken (store: Store, seen: boolean): Promise<{ token: string } | 'unseen' | undefined> {
   // Read first: a store with tokens, the usual start, needs no write (one that could wait, on
   // PostgreSQL, for a synchronous standby that is away: the start would fail for want of it).
   if ((await store.listTokens()).length > 0) return undefined
   if (!seen) return 'unseen'
   const token = generateToken()
   const created = await store.createFirstToken({ name: 'initial', digest: digestOf(token), scopes: ALL_SCOPES })
-  return created === undefined ? undefined : token
+  return created === undefined ? undefined : { token }
 }
 
 function banner (token: string, url: string, databaseUrl: string): string {
@@ -140,5 +140,5 @@ export async function serve (config: Config): Promise<void> {
   // Nor is one made for a banner no one would see (stderr to /dev/null): a later start shows it.
   const token = await bootstrapToken(store, !discards(2)).catch((error: unknown) => { if (closing) return undefined; throw error })
   if (token === 'unseen') log.warn('stderr goes to /dev/null, where no one would see the first token: none was made (make one with plantstore tokens create, or start once with stderr shown)')
-  else if (token !== undefined) process.stderr.write(banner(token, url, config.databaseUrl))
+  else if (token !== undefined) process.stderr.write(banner(token.token, url, config.databaseUrl))
 }

@@ -78,9 +78,10 @@ export async function streamChanges ({ request, reply, store, feed, stillAllowed
     let lastBeat = performance.now()
     let lastCheck = performance.now()
     /**
-     * What goes out now beside the changes: a comment line when one is due (at least every
-     * HEARTBEAT_MS, events or not), and, for changes passed over by the filter, a bookmark, so
-     * that a resume starts past them, never at a position the log may have dropped.
+     * What goes out now beside the changes, counted as sent (a write that fails ends the stream): a
+     * comment line when one is due (at least every HEARTBEAT_MS, events or not), and, for changes
+     * passed over by the filter, a bookmark, so that a resume starts past them, never at a
+     * position the log may have dropped.
      */
     const extras = (next: bigint, now: number): string => {
       let text = ''
@@ -94,13 +95,15 @@ export async function streamChanges ({ request, reply, store, feed, stillAllowed
       }
       return text
     }
+    /** Why a write that did not go through ends the stream. */
+    const unwritten = (): string => left ? why : feed.closing ? 'server stopping' : 'reader stalled'
     if (!await writeWhenRoom(res, `retry: ${RETRY_MS}\n\n`, feed)) return
     for (;;) {
       let text = page.changes.map(change => event(change.position, change.type, serialize(changeOf(change)))).join('')
       if (page.changes.length > 0) lastId = page.changes[page.changes.length - 1].position
       text += extras(page.next, performance.now())
       if (text !== '') {
-        if (!await writeWhenRoom(res, text, feed)) { why = left ? why : feed.closing ? 'server stopping' : 'reader stalled'; return }
+        if (!await writeWhenRoom(res, text, feed)) { why = unwritten(); return }
         sent += page.changes.length
         lastWrite = performance.now()
       }
@@ -113,14 +116,14 @@ export async function streamChanges ({ request, reply, store, feed, stillAllowed
           lastCheck = now
           if (!await stillAllowed(request, 'plants:read').catch(() => true)) { why = 'token no longer valid'; return }
         }
-        const text = extras(page.next, now)
+        const text = extras(page.next, performance.now())
         if (text !== '') {
-          if (!await writeWhenRoom(res, text, feed)) return
+          if (!await writeWhenRoom(res, text, feed)) { why = unwritten(); return }
           lastWrite = performance.now()
         }
-        const sinceWrite = performance.now() - lastWrite
-        const bookmarkDue = tag !== undefined && page.next !== lastId ? BOOKMARK_MS - sinceWrite : Infinity
-        const wait = Math.min(HEARTBEAT_MS - (performance.now() - lastBeat), bookmarkDue, RECHECK_MS - (performance.now() - lastCheck))
+        const later = performance.now()
+        const bookmarkDue = tag !== undefined && page.next !== lastId ? BOOKMARK_MS - (later - lastWrite) : Infinity
+        const wait = Math.min(HEARTBEAT_MS - (later - lastBeat), bookmarkDue, RECHECK_MS - (later - lastCheck))
         await untilClosed(res, feed.beyond(page.next, Math.max(1, wait)))
       }
       if (left) return

@@ -272,7 +272,7 @@ export class SqliteStore implements Store {
         // As long as the stop allows: a reader in another process (an export) keeps the pages written after its snapshot in the WAL until it ends.
         whole = checkpoint(this.writer.db, Math.max(0, by - Date.now()))
       } catch {
-        // another process is checkpointing or writing: the WAL stays, and is not lost
+        // an I/O error: the WAL stays, complete, for the next start
       }
     }
     this.writer.db.close()

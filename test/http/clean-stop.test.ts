@@ -3,7 +3,7 @@ import { openDatabase } from '../../src/store/sqlite-driver.js'
 import { copyFileSync, existsSync, statSync } from 'node:fs'
 import { join } from 'node:path'
 import { test } from 'node:test'
-import { call, startServer, tempDir } from '../helpers.js'
+import { call, holdWriteLock, startServer, tempDir } from '../helpers.js'
 
 test('after SIGTERM the .db file alone holds every plant: a copy of just that file has them all, and no WAL with content remains', async (t) => {
   const previous = process.umask(0o022) // the server inherits it
@@ -61,6 +61,20 @@ test('a stop while another process reads the store up to date (it began after th
   server.process.kill('SIGTERM')
   assert.equal(await server.exited, 0)
   assert.ok(Date.now() - stopping < 2000, `stopped in ${Date.now() - stopping} ms: no wait for a reader that holds back nothing`)
+  assert.deepEqual(server.stdout().trim().split('\n').map(line => JSON.parse(line)).filter(line => line.level === 40), [])
+  const copy = join(tempDir(t), 'copy.db') // the .db alone
+  copyFileSync(server.dbPath, copy)
+  const db = openDatabase(copy, { readonly: true })
+  t.after(() => db.close())
+  assert.equal((db.prepare('SELECT count(*) AS n FROM plants').get() as { n: number }).n, 6)
+})
+
+test('a stop while another process holds the write lock still copies every commit into the .db (it needs no lock for that), and says nothing', async (t) => {
+  const server = await startServer(t, { env: { SHUTDOWN_TIMEOUT: '2' } })
+  for (let id = 1; id <= 6; id++) assert.equal((await call(server, 'POST', '/plants', { body: { id, name: `Plant ${id}` } })).status, 200)
+  await holdWriteLock(t, server.dbPath, 5000) // an import, say: it began after the last write
+  server.process.kill('SIGTERM')
+  assert.equal(await server.exited, 0)
   assert.deepEqual(server.stdout().trim().split('\n').map(line => JSON.parse(line)).filter(line => line.level === 40), [])
   const copy = join(tempDir(t), 'copy.db') // the .db alone
   copyFileSync(server.dbPath, copy)

@@ -22,7 +22,7 @@ test('DATABASE_URL: a URL of a scheme other than postgres(ql):// is refused, nam
     assert.throws(() => loadConfig({ DATABASE_URL: url }), (error: Error) =>
       error.message.startsWith(`DATABASE_URL begins as a ${scheme}: URL, but only postgres:// and postgresql:// (in lower case) select a database server`) && !error.message.includes('secret') && !error.message.includes('db/plants'))
   }
-  for (const url of ['postgres://db/plants', 'postgresql://db/plants', './mysql://x.db', './file:plants.db', 'data/plants.db', 'C:plants.db', 'data/a:b.db', 'data:2024.db', 'plants-2024-06-01T12:00.db']) assert.equal(loadConfig({ DATABASE_URL: url }).databaseUrl, url)
+  for (const url of ['postgres://db/plants', 'postgresql://db/plants', './mysql://x.db', './file:plants.db', 'data/plants.db', 'C:plants.db', 'data/a:b.db', 'data:2024.db', 'C:/plants.db', 'plants-2024-06-01T12:00.db']) assert.equal(loadConfig({ DATABASE_URL: url }).databaseUrl, url)
 })
 
 test('DATABASE_URL=:memory: (SQLite\'s database in memory, which keeps nothing) is refused in one line; ./:memory: is a file', () => {
