@@ -428,8 +428,8 @@ export function clientErrorHandler (refused: ReportRefusal): (error: NodeJS.Errn
         answerOnSocket(socket, failure)
       }
       // One whose head had arrived waits for its turn: it is answered then, instead of carried out.
-      const arriving = (socket as Connection).parser?.incoming
-      if (arriving != null && !arriving.complete && answerInItsTurn(arriving, answer)) return
+      const arriving = arrivingRequest(socket as Connection)
+      if (arriving !== undefined && answerInItsTurn(arriving, answer)) return
       afterAnswersUnderWay(socket as Connection, () => {
         if (!socket.writable) return
         if (answeredStillArriving(socket as Connection)) return socket.destroy()
@@ -449,6 +449,12 @@ export function clientErrorHandler (refused: ReportRefusal): (error: NodeJS.Errn
  */
 type Connection = Socket & { _httpMessage?: ServerResponse | null, parser?: { incoming?: IncomingMessage | null } | null }
 
+/** The request whose head Node has read on `socket` and whose body it is still reading, if any. */
+function arrivingRequest (socket: Connection): IncomingMessage | undefined {
+  const incoming = socket.parser?.incoming
+  return incoming != null && !incoming.complete ? incoming : undefined
+}
+
 /**
  * True when, with no answer under way on `socket`, the request Node is still reading there was
  * answered already: its answer went out before its body had arrived whole (a GET does not wait
@@ -457,8 +463,7 @@ type Connection = Socket & { _httpMessage?: ServerResponse | null, parser?: { in
  * after a finished answer; it writes nothing once an answer's head is out).
  */
 function answeredStillArriving (socket: Connection): boolean {
-  const incoming = socket.parser?.incoming
-  return incoming != null && !incoming.complete && socket._httpMessage == null
+  return arrivingRequest(socket) !== undefined && socket._httpMessage == null
 }
 
 /** Runs `then` once no answer is under way on `socket`: Node writes pipelined answers one after another, each in its turn. */
@@ -502,8 +507,7 @@ function answerOnSocket (socket: Socket, failure: { status: number, message: str
   socket.pause()
   const body = errorBody(failure.status, failure.message)
   // A request whose head was read (its body failed) and that is a HEAD is answered as HEAD is: without the body.
-  const failing = (socket as Connection).parser?.incoming
-  const head = failing != null && !failing.complete && failing.method === 'HEAD'
+  const head = arrivingRequest(socket as Connection)?.method === 'HEAD'
   socket.end(`HTTP/1.1 ${failure.status} ${STATUS_CODES[failure.status] ?? ''}\r\n` +
     `Content-Type: ${JSON_TYPE}\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${head ? '' : body}`)
   const drop = setTimeout(() => socket.destroy(), LINGER_MS).unref()

@@ -71,7 +71,9 @@ export async function sqlOnce (database: TestDatabase, text: string): Promise<un
   const db = openDatabase(database.databaseUrl)
   try {
     const statement = db.prepare(text)
-    return statement.reader ? statement.all() : (statement.run(), [])
+    if (statement.reader) return statement.all()
+    statement.run()
+    return []
   } finally {
     db.close()
   }

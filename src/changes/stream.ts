@@ -77,6 +77,8 @@ export async function streamChanges ({ request, reply, store, feed, stillAllowed
     let lastWrite = performance.now()
     let lastBeat = performance.now()
     let lastCheck = performance.now()
+    /** True when the filter has passed over changes up to `next` since the last event or bookmark. */
+    const owed = (next: bigint): boolean => tag !== undefined && next !== lastId
     /**
      * What goes out now beside the changes, counted as sent (a write that fails ends the stream): a
      * comment line when one is due (at least every HEARTBEAT_MS, events or not), and, for changes
@@ -89,24 +91,28 @@ export async function streamChanges ({ request, reply, store, feed, stillAllowed
         text += ': heartbeat\n\n'
         lastBeat = now
       }
-      if (tag !== undefined && next !== lastId && now - lastWrite >= BOOKMARK_MS) {
+      if (owed(next) && now - lastWrite >= BOOKMARK_MS) {
         text += bookmark(next)
         lastId = next
       }
       return text
     }
-    /** Why a write that did not go through ends the stream. */
-    const unwritten = (): string => left ? why : feed.closing ? 'server stopping' : 'reader stalled'
+    /** Writes `text`, if any; false when it did not go through, which ends the stream (`why` says why). */
+    const send = async (text: string): Promise<boolean> => {
+      if (text === '') return true
+      if (!await writeWhenRoom(res, text, feed)) {
+        why = left ? why : feed.closing ? 'server stopping' : 'reader stalled'
+        return false
+      }
+      lastWrite = performance.now()
+      return true
+    }
     if (!await writeWhenRoom(res, `retry: ${RETRY_MS}\n\n`, feed)) return
     for (;;) {
-      let text = page.changes.map(change => event(change.position, change.type, serialize(changeOf(change)))).join('')
+      const events = page.changes.map(change => event(change.position, change.type, serialize(changeOf(change)))).join('')
       if (page.changes.length > 0) lastId = page.changes[page.changes.length - 1].position
-      text += extras(page.next, performance.now())
-      if (text !== '') {
-        if (!await writeWhenRoom(res, text, feed)) { why = unwritten(); return }
-        sent += page.changes.length
-        lastWrite = performance.now()
-      }
+      if (!await send(events + extras(page.next, performance.now()))) return
+      sent += page.changes.length
       // Caught up: wait for the head to move, the bookmark still owed, a heartbeat, or the token's next check.
       while (!feed.past(page.next)) {
         if (left) return
@@ -116,13 +122,9 @@ export async function streamChanges ({ request, reply, store, feed, stillAllowed
           lastCheck = now
           if (!await stillAllowed(request, 'plants:read').catch(() => true)) { why = 'token no longer valid'; return }
         }
-        const text = extras(page.next, performance.now())
-        if (text !== '') {
-          if (!await writeWhenRoom(res, text, feed)) { why = unwritten(); return }
-          lastWrite = performance.now()
-        }
+        if (!await send(extras(page.next, performance.now()))) return
         const later = performance.now()
-        const bookmarkDue = tag !== undefined && page.next !== lastId ? BOOKMARK_MS - (later - lastWrite) : Infinity
+        const bookmarkDue = owed(page.next) ? BOOKMARK_MS - (later - lastWrite) : Infinity
         const wait = Math.min(HEARTBEAT_MS - (later - lastBeat), bookmarkDue, RECHECK_MS - (later - lastCheck))
         await untilClosed(res, feed.beyond(page.next, Math.max(1, wait)))
       }
