@@ -1,7 +1,7 @@
 // Throughput, latency and memory of plantstore against yardsticks that do only the minimal work
 // the contract allows (scripts/yardsticks.ts, issue 12): POST against the bare ceiling, the
-// naive durable server and the Fastify durable one (scripts/yardstick-fastify.ts: this service's
-// framework, contract and store, nothing else, issue 21), GET /plants/{id} against a bare point read, the page against a bare page
+// naive durable server, and the node:http durable and Fastify durable ones (scripts/yardstick-fastify.ts:
+// this service's contract and store without and with its framework, nothing else, issue 21), GET /plants/{id} against a bare point read, the page against a bare page
 // read. Commands (see also scripts/README.md):
 //   npm run bench             5 rounds of get, list and post, 3 s warm-up and 10 s measured per server and round
 //   npm run bench:writes      the store alone against its floor: CPU per write (scripts/bench-writes.ts)
@@ -27,7 +27,7 @@ import { queryOnce } from './postgres-query.js'
 import { openDatabase, SQLITE_BINDING } from '../src/store/sqlite-driver.js'
 
 type ScenarioName = 'get' | 'list' | 'post'
-type YardstickName = 'ceiling' | 'durable' | 'fastify' | 'get' | 'list' | 'postgres' | 'postgres-js'
+type YardstickName = 'ceiling' | 'durable' | 'node' | 'fastify' | 'get' | 'list' | 'postgres' | 'postgres-js'
 /**
  * The service as it runs; POST also with one SSE reader following its change feed, with one
  * webhook subscriber answering 204, with one whose address refuses connections, and
@@ -120,11 +120,12 @@ const PINNED = availableParallelism() >= 2 && POSTGRES_URL === undefined
 const SCENARIOS: Record<ScenarioName, { label: string, yardsticks: YardstickName[] }> = {
   get: { label: 'GET /plants/{id}', yardsticks: ['get'] },
   list: { label: 'GET /plants?limit=100', yardsticks: ['list'] },
-  post: { label: 'POST /plants', yardsticks: ['ceiling', 'durable', 'fastify'] }
+  post: { label: 'POST /plants', yardsticks: ['ceiling', 'durable', 'node', 'fastify'] }
 }
 const YARDSTICKS: Record<YardstickName, string> = {
   ceiling: 'bare ceiling',
   durable: 'naive durable',
+  node: 'node:http durable',
   fastify: 'Fastify durable',
   get: 'bare point read',
   list: 'bare page read',
@@ -345,10 +346,11 @@ async function startYardstick (name: YardstickName, script: string, token: strin
   // The yardsticks are compiled on their own, outside src/: they load the SQLite binding the service's driver picks.
   const env: Record<string, string> = { HOST: '127.0.0.1', YARDSTICK: name, YARDSTICK_TOKEN: token, SQLITE_BINDING }
   if (name === 'postgres' || name === 'postgres-js') env.DATABASE_URL = database
-  else if (name !== 'ceiling') env.DATABASE_PATH = join(database, name === 'durable' || name === 'fastify' ? `${name}.db` : 'seeded.db')
-  // The Fastify durable yardstick is a script of its own, on the built service's modules (scripts/yardstick-fastify.ts),
-  // run with the service's Node flags (npm start's heap settings): it differs from the service only in the work per request.
-  if (name === 'fastify') return await startServer(name, [...SERVICE_NODE_FLAGS, join(dirname(script), 'yardstick-fastify.js')], { ...env, PLANTSTORE_ROOT: ROOT })
+  else if (name !== 'ceiling') env.DATABASE_PATH = join(database, name === 'durable' || name === 'node' || name === 'fastify' ? `${name}.db` : 'seeded.db')
+  // The Fastify durable yardstick (and, YARDSTICK=node, the same without Fastify) is a script of its own, on the built
+  // service's modules (scripts/yardstick-fastify.ts), run with the service's Node flags (npm start's heap settings): it
+  // differs from the service only in the work per request.
+  if (name === 'fastify' || name === 'node') return await startServer(name, [...SERVICE_NODE_FLAGS, join(dirname(script), 'yardstick-fastify.js')], { ...env, PLANTSTORE_ROOT: ROOT })
   return await startServer(name, [script], env)
 }
 
