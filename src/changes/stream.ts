@@ -41,7 +41,7 @@ export interface StreamOptions {
   tag?: string
   /** The first page, read before the stream was admitted (so that a gone position is a plain 410). */
   first: Exclude<ChangesPage, 'gone'>
-  /** The position the reader gave (`after`, Last-Event-ID), if any: it needs no bookmark of it. One that gave none is told where its stream starts. */
+  /** The position the reader gave (`after`, Last-Event-ID), if any: it needs no bookmark of it. One that gave none is told first where its stream starts (`first.from`). */
   from?: bigint
   /** A change as JSON text: the JSON feed's serializer, from the document's `Change` schema. */
   serialize: (change: ReturnType<typeof changeOf>) => string
@@ -73,7 +73,7 @@ export async function streamChanges ({ request, reply, store, feed, stillAllowed
   let why = 'client left'
   try {
     let page = first
-    let lastId = from
+    let lastId = from ?? first.from
     let lastWrite = performance.now()
     let lastBeat = performance.now()
     let lastCheck = performance.now()
@@ -107,7 +107,9 @@ export async function streamChanges ({ request, reply, store, feed, stillAllowed
       lastWrite = performance.now()
       return true
     }
-    if (!await writeWhenRoom(res, `retry: ${RETRY_MS}\n\n`, feed)) return
+    // A reader that gave no position learns where it starts before anything else: resumed from
+    // there, it gets a 410 if the log dropped what followed, never a silent gap.
+    if (!await writeWhenRoom(res, `retry: ${RETRY_MS}\n\n${from === undefined ? bookmark(first.from) : ''}`, feed)) return
     for (;;) {
       const events = page.changes.map(change => event(change.position, change.type, serialize(changeOf(change)))).join('')
       if (page.changes.length > 0) lastId = page.changes[page.changes.length - 1].position

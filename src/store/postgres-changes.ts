@@ -177,7 +177,7 @@ export async function changesPage (client: pg.ClientBase | pg.Pool, { after, lim
   const changes: Change[] = rows.filter(row => row.position !== null).map(row => ({
     position: row.position!, type: row.type, plant: rowToPlant({ id: row.plant_id, name: row.name, tag: row.tag }), at: row.at
   }))
-  return pageOf(changes, limit, scanEnd(from, rows[0].head))
+  return pageOf(changes, limit, from, scanEnd(from, rows[0].head))
 }
 
 export async function pruneChanges (client: pg.ClientBase | pg.Pool, before: Date, batch: number): Promise<number> {

@@ -187,7 +187,7 @@ export class SqliteStore implements Store {
       const from = readFrom(after, bounds)
       if (from === 'gone') return from
       const end = scanEnd(from, bounds.head)
-      return pageOf((this.sql.changes.all({ after: from, end, tag: tag ?? null, limit }) as ChangeRow[]).map(rowToChange), limit, end)
+      return pageOf((this.sql.changes.all({ after: from, end, tag: tag ?? null, limit }) as ChangeRow[]).map(rowToChange), limit, from, end)
     })
   }
 

@@ -55,12 +55,14 @@ export type ChangeType = typeof CHANGE_TYPES[number]
 export interface Change { position: bigint, type: ChangeType, plant: PlantRecord, at: Date }
 
 /**
- * A page of the change log after a position: the changes, and `next`, the position read up to
- * (the last change's, or further when changes were passed over by a filter or none remain):
- * the next page starts after it. 'gone' when changes after the position were dropped (retention,
- * an import) or the position was never reached: the reader lists again.
+ * A page of the change log after a position: the changes, `next`, the position read up to (the
+ * last change's, or further when changes were passed over by a filter or none remain): the next
+ * page starts after it; and `from`, the position it was read after (the one asked for, or the
+ * log's floor when none was: where a reader that gave none starts). 'gone' when changes after
+ * the position were dropped (retention, an import) or the position was never reached: the reader
+ * lists again.
  */
-export type ChangesPage = { changes: Change[], next: bigint } | 'gone'
+export type ChangesPage = { changes: Change[], next: bigint, from: bigint } | 'gone'
 
 /** Where the change log stands: the last position written, and the last one dropped (older ones are gone). */
 export interface LogBounds { head: bigint, floor: bigint }
@@ -84,8 +86,8 @@ export function scanEnd (from: bigint, head: bigint): bigint {
  * The page of `changes` read after a position up to `end` (scanEnd), at most `limit`: a full page
  * goes on after its last change; any other read everything up to `end`.
  */
-export function pageOf (changes: Change[], limit: number, end: bigint): ChangesPage {
-  return { changes, next: changes.length === limit ? changes[limit - 1].position : end }
+export function pageOf (changes: Change[], limit: number, from: bigint, end: bigint): ChangesPage {
+  return { changes, next: changes.length === limit ? changes[limit - 1].position : end, from }
 }
 
 export type Scope = 'plants:read' | 'plants:write' | 'admin'

@@ -71,9 +71,10 @@ for (const store of testStores()) {
       const isBookmark = (event: SseEvent): boolean => event.event === 'bookmark'
       const stream = await openStream(`${server.url}/plants/changes?tag=rare`, server.token)
       t.after(stream.close)
-      // A reader that gave no position is told where its stream starts, within about a second.
+      // A reader that gave no position is told first where its stream starts.
       const [start] = await stream.until(1, isBookmark, 2500)
       assert.deepEqual([start.id, JSON.parse(start.data)], ['0', { position: 0 }])
+      assert.equal(stream.events[0], start)
       for (let id = 1; id <= 5; id++) await post(server, id, 'plain')
       const bookmark = (await stream.until(2, isBookmark, 5000))[1]
       // Bookmarks go out at most once a second: this one marks the first of them passed.
@@ -93,6 +94,27 @@ for (const store of testStores()) {
       for (const again of resumed) t.after(again.close)
       await sleep(1500)
       assert.deepEqual(resumed.map(again => again.events), [[], []])
+    })
+    test('a stream opened without a position is told first where it starts, the oldest change kept, filtered or not: resumed there once the log has dropped more, it is a 410, not a gap', async (t) => {
+      const server = await startServer(t, { store, env: { CHANGES_RETENTION: '1s' } })
+      await post(server, 1, 'Old')
+      await sleep(1600)
+      await post(server, 2, 'New') // the write that drops change 1: the log keeps what follows position 1
+      const streams = [await openStream(`${server.url}/plants/changes`, server.token), await openStream(`${server.url}/plants/changes?tag=rare`, server.token)]
+      for (const stream of streams) t.after(stream.close)
+      const [plain, filtered] = streams
+      await plain.until(1, isChange)
+      assert.deepEqual(plain.events.map(event => [event.id, event.event]), [['1', 'bookmark'], ['2', 'plant.created']])
+      assert.deepEqual(JSON.parse(plain.events[0].data), { position: 1 })
+      const [first] = await filtered.until(1, () => true, 2500)
+      assert.deepEqual([first.id, first.event, JSON.parse(first.data)], ['1', 'bookmark', { position: 1 }])
+      await sleep(1600)
+      await post(server, 3, 'Newer') // drops change 2
+      for (const stream of streams) {
+        const resumed = await openStream(`${server.url}/plants/changes`, server.token, { 'last-event-id': stream.events[0].id! })
+        await resumed.ended
+        assert.equal(resumed.status, 410, 'what followed its start was dropped: list again')
+      }
     })
   })
 }
