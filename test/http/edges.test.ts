@@ -379,6 +379,20 @@ for (const store of testStores()) {
         assert.equal((await call(server, 'GET', '/plants/12')).status, 404)
       })
 
+      await t.test('an HTTP/1.0 request with Transfer-Encoding is 400 and its connection closes, whatever follows it on the connection (RFC 9112 6.1), nothing stored', async () => {
+        const body = '{"id":13,"name":"x"}'
+        const chunked = `${body.length.toString(16)}\r\n${body}\r\n0\r\n\r\n`
+        const next = `GET /plants/1 HTTP/1.0\r\nHost: x\r\nAuthorization: Bearer ${server.token}\r\n\r\n`
+        for (const framing of [`Transfer-Encoding: chunked\r\n\r\n${chunked}`, `Transfer-Encoding: chunked\r\nContent-Length: ${body.length}\r\n\r\n${body}`]) {
+          const answer = await rawExchange(server, `POST /plants HTTP/1.0\r\nHost: x\r\nAuthorization: Bearer ${server.token}\r\nContent-Type: application/json\r\nConnection: keep-alive\r\n${framing}${next}`, { waitMs: 1000 })
+          assert.equal(answer.text.match(/HTTP\/1\.1 /g)?.length, 1, `one answer, the pipelined GET not carried out: ${answer.text}`)
+          assert.ok(isRawErrorBody(answer.text, 400), answer.text)
+          assert.match(answer.text, /connection: close/i)
+          assert.ok(answer.closed, 'the connection closed')
+        }
+        assert.equal((await call(server, 'GET', '/plants/13')).status, 404)
+      })
+
       await t.test('astral characters round-trip exactly, and their retry is a safe 200', async () => {
         const plant = { id: 9, name: 'Fern 🌿 𝔉𝔢𝔯𝔫', tag: '🪴' }
         const escaped = '{"id":9,"name":"Fern \\ud83c\\udf3f \\ud835\\udd09\\ud835\\udd22\\ud835\\udd2f\\ud835\\udd2b","tag":"\\ud83e\\udeb4"}'
