@@ -412,6 +412,7 @@ export function clientErrorHandler (refused: ReportRefusal): (error: NodeJS.Errn
       ? headTooLarge(error)
       : clientErrorCodes[error.code ?? ''] ?? (declaresTooLong(error) ? 'bodyTooLarge' : namesAnotherVersion(error) ? 'httpVersionNotSupported' : 'badRequest')
     const failure = clientFailure(name, error)
+    const method = failedMethod(error)
     // A reset or a closed socket is no request: nothing to answer and nothing worth a warning.
     if (error.code === 'ECONNRESET' || !socket.writable) {
       socket.destroy()
@@ -427,7 +428,7 @@ export function clientErrorHandler (refused: ReportRefusal): (error: NodeJS.Errn
       socket.pause() // no further request is read meanwhile: this answer ends the connection
       const answer = (): void => {
         refused(name, { code: error.code })
-        answerOnSocket(socket, failure)
+        answerOnSocket(socket, failure, method)
       }
       // One whose head had arrived waits for its turn: it is answered then, instead of carried out.
       const arriving = arrivingRequest(socket as Connection)
@@ -441,8 +442,20 @@ export function clientErrorHandler (refused: ReportRefusal): (error: NodeJS.Errn
     }
     if (answeredStillArriving(socket as Connection)) return socket.destroy()
     refused(name, { code: error.code }, socket)
-    answerOnSocket(socket, failure)
+    answerOnSocket(socket, failure, method)
   }
+}
+
+/**
+ * The method of the request whose head Node's parser failed on, read from the bytes it was
+ * parsing when they hold that request's start (after the last blank line before the failure),
+ * else undefined: its answer to a HEAD must carry no body.
+ */
+function failedMethod (error: Error & { rawPacket?: unknown, bytesParsed?: number }): string | undefined {
+  if (!Buffer.isBuffer(error.rawPacket)) return undefined
+  const parsed = error.rawPacket.toString('latin1', 0, error.bytesParsed ?? error.rawPacket.length)
+  const start = parsed.lastIndexOf('\r\n\r\n')
+  return /^(?:\r\n)*([A-Z]+) /.exec(parsed.slice(start === -1 ? 0 : start + 4))?.[1]
 }
 
 /**
@@ -505,12 +518,12 @@ const LINGER_MS = 2000
  * arrived (its head or body too slow) could otherwise arrive whole behind its answer, and be
  * carried out.
  */
-function answerOnSocket (socket: Socket, failure: { status: number, message: string }): void {
+function answerOnSocket (socket: Socket, failure: { status: number, message: string }, method?: string): void {
   socket.pause()
   const body = errorBody(failure.status, failure.message)
-  // A request whose head was read (its body failed) and that is a HEAD is answered as HEAD is: without the body.
-  const head = arrivingRequest(socket as Connection)?.method === 'HEAD'
-  socket.end(`HTTP/1.1 ${failure.status} ${STATUS_CODES[failure.status] ?? ''}\r\n` +
+  // A HEAD is answered as HEAD is, without the body: one whose head was read (its body failed), or whose head failed.
+  const head = (arrivingRequest(socket as Connection)?.method ?? method) === 'HEAD'
+  socket.end(`HTTP/1.1 ${failure.status} ${STATUS_CODES[failure.status] ?? ''}\r\nDate: ${new Date().toUTCString()}\r\n` +
     `Content-Type: ${JSON_TYPE}\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${head ? '' : body}`)
   const drop = setTimeout(() => socket.destroy(), LINGER_MS).unref()
   socket.once('close', () => clearTimeout(drop))

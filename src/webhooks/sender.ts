@@ -109,9 +109,13 @@ function failure (error: Error): Omit<AttemptResult, 'durationMs'> {
   return error.name === 'AbortError' ? { error: reasonOf(error), abandoned: true } : { error: reasonOf(error) }
 }
 
-/** An error as the delivery log shows it: one line, with the system's code when there is one. */
+/** OpenSSL's error text (its error code, function, reason, source file and line): the reason alone is what went wrong. */
+const OPENSSL_ERROR = /\S*:error:[0-9A-F]+:[^:]*:[^:]*:([^:]*):\S*/g
+
+/** An error as the delivery log shows it: one line, with the system's code when there is one, and no internals. */
 function reasonOf (error: Error & { code?: string }): string {
   if (error.code === FORBIDDEN) return `refused: ${error.message}`
   if (error.name === 'AbortError') return 'abandoned: the server was stopping'
-  return error.code === undefined ? error.message : `${error.message} (${error.code})`
+  const message = error.message.replace(OPENSSL_ERROR, (_, reason: string) => `TLS: ${reason}`).replace(/\s+/g, ' ').trim()
+  return error.code === undefined ? message : `${message} (${error.code})`
 }

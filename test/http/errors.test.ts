@@ -164,6 +164,26 @@ for (const store of testStores()) {
         }
       })
 
+      await t.test('a head that fails to parse is answered with a Date, and without the body when it is a HEAD\'s (RFC 9110 9.3.2, 6.6.1)', async () => {
+        const heads: Array<[string, number]> = [
+          ['/plants/1 HTTP/1.1\r\nHost: x\r\nX A: b\r\n\r\n', 400],
+          ['/plants/1 HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n', 400],
+          ['/plants/1 HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n', 400],
+          [`/plants/1 HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`, 431]
+        ]
+        for (const [rest, status] of heads) {
+          for (const method of ['HEAD', 'GET']) {
+            const { text } = await rawExchange(server, `${method} ${rest}`)
+            const [head, body] = text.split('\r\n\r\n')
+            assert.match(head, new RegExp(`^HTTP/1\\.1 ${status} `), `${method} ${rest.slice(0, 60)}`)
+            assert.match(head, /\r\ndate: \w{3}, \d\d \w{3} \d{4} \d\d:\d\d:\d\d GMT\r\n/i, head)
+            const length = Number(/\r\ncontent-length: (\d+)/i.exec(head)?.[1])
+            if (method === 'HEAD') assert.equal(body, '', `no body after a HEAD's head: ${text}`)
+            else assert.equal(Buffer.byteLength(body), length, 'the Error body, as long as said')
+          }
+        }
+      })
+
       await t.test('the server is still up and answering after all that', async () => {
         assert.equal((await call(server, 'GET', '/healthz', { token: null })).status, 200)
       })

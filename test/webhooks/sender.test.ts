@@ -68,3 +68,13 @@ test('a URL stored with port 0 is refused at every attempt, not sent to the sche
     assert.deepEqual([result.statusCode, result.error], [undefined, 'refused: port 0 names no port to connect to'], url)
   }
 })
+
+test('a receiver that does not speak TLS at an https URL: the attempt\'s error is one line that says why, without OpenSSL\'s internals', async (t) => {
+  const receiver = await startReceiver(t) // plain HTTP
+  const sender = new Sender({ allowPrivate: true, timeoutMs: 2000 })
+  t.after(() => sender.close())
+  const result = await sender.attempt(delivery(`https://127.0.0.1:${receiver.port}/hook`), new Date())
+  assert.equal(result.statusCode, undefined)
+  assert.match(result.error ?? '', /^[^\n]*TLS: wrong version number[^\n]*\(E[A-Z_]+\)$/, JSON.stringify(result.error))
+  assert.doesNotMatch(result.error ?? '', /deps|openssl|\.c:|:error:/i)
+})
