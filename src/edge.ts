@@ -21,6 +21,15 @@ function repeatedHeader (request: FastifyRequest): string | undefined {
   return undefined
 }
 
+/**
+ * True for an HTTP/1.0 request with a Transfer-Encoding, which that version does not have: a peer
+ * may frame it otherwise (request smuggling), so it is refused and its connection closes,
+ * whatever answers it (RFC 9112 6.1).
+ */
+export function framingUntrusted (request: FastifyRequest): boolean {
+  return request.raw.httpVersionMinor === 0 && request.headers['transfer-encoding'] !== undefined
+}
+
 /** True when every percent-escape in `text` is a byte of valid UTF-8. */
 function decodable (text: string): boolean {
   if (!text.includes('%')) return true
@@ -37,10 +46,10 @@ function decodable (text: string): boolean {
  * included, or undefined when it passes: a version other than HTTP/1.x (0.9, 2.0 in text) is 505
  * (RFC 9110 15.6.6); HTTP/1.1 requires Host; a path longer than MAX_PATH is
  * 414, whether or not it names a route; a target with a fragment (`#`) is 400; a transfer coding other than chunked is 501 (RFC 9112
- * 6.1), and any Transfer-Encoding on HTTP/1.0 is 400 with the connection closed (6.1 again); a second Authorization, Host or Content-Type header is ambiguous (which token, which
+ * 6.1), and any Transfer-Encoding on HTTP/1.0 is 400 (framingUntrusted); a second Authorization, Host or Content-Type header is ambiguous (which token, which
  * host, which parser?), so it is refused rather than settled by taking the first. A DELETE has
  * its content type ignored, so `DELETE` with a stray `Content-Type: application/json` and an
- * empty body, even a chunked one, is an ordinary DELETE.
+ * empty body, even a chunked one (on HTTP/1.1), is an ordinary DELETE.
  */
 export function edgeRefusal (request: FastifyRequest, log: Logger): ApiError | undefined {
   if (request.raw.httpVersionMajor !== 1) return new ApiError('httpVersionNotSupported')
@@ -62,7 +71,7 @@ export function edgeRefusal (request: FastifyRequest, log: Logger): ApiError | u
   // still coded (501, RFC 9112 6.1). Without chunked last, the body has no end to find: 400, and
   // the connection closes (RFC 9112 6.3).
   const coding = request.headers['transfer-encoding']?.trim().toLowerCase()
-  if (coding !== undefined && request.raw.httpVersionMinor === 0) return new ApiError('transferEncodingOnHttp10')
+  if (framingUntrusted(request)) return new ApiError('transferEncodingOnHttp10')
   if (coding !== undefined && coding !== 'chunked') return new ApiError(/(^|[\s,])chunked$/.test(coding) ? 'unsupportedTransferCoding' : 'unframedBody')
   const repeated = repeatedHeader(request)
   if (repeated !== undefined) return new ApiError('repeatedHeader', `The ${repeated} header was sent more than once; send it once.`)

@@ -45,8 +45,7 @@ export const failures = {
   headersTooLarge: { status: 431, message: 'The request headers are too large.' },
   rateLimited: { status: 429, message: 'This token sent too many requests; wait for the number of seconds in Retry-After.' },
   unframedBody: { status: 400, message: 'The request\'s Transfer-Encoding does not end with chunked, so where its body ends cannot be told; the connection is closed.' },
-  // RFC 9112 6.1: framing a 1.0 peer may read otherwise (request smuggling), so it is faulty, and the connection goes with it.
-  transferEncodingOnHttp10: { status: 400, message: 'An HTTP/1.0 request cannot use Transfer-Encoding, so where its body ends cannot be trusted; the connection is closed.', headers: { connection: 'close' } },
+  transferEncodingOnHttp10: { status: 400, message: 'An HTTP/1.0 request cannot use Transfer-Encoding, so where its body ends cannot be trusted; the connection is closed.' },
   unsupportedTransferCoding: { status: 501, message: 'The request uses a transfer coding other than chunked, which this server does not implement; send the body uncompressed.' },
   httpVersionNotSupported: { status: 505, message: 'This server speaks HTTP/1.1 (and HTTP/1.0); send the request in one of those versions.' },
   internal: { status: 500, message: 'Something went wrong on our side; it has been logged.' },

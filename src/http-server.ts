@@ -86,10 +86,12 @@ export function httpServer (requestTimeoutMs: number, pipelined = { waiting: 0 }
     // Node would answer a request without Host with an empty 400; the edge check answers it.
     requireHostHeader: false
   }, (request: Queued, response) => {
-    if (response.socket !== null) return handler(request, response)
     const connection: Connection = request.socket
-    // Closed below while the rest of its read is parsed: those requests go with it.
-    if (connection.destroyed) return
+    // Read behind an answer that closed the connection (a refusal before its body was read), or
+    // closed below while the rest of its read is parsed: never begun, as no answer could reach its
+    // client (RFC 9112 9.6), which sends it again.
+    if (closing(connection)) return
+    if (response.socket !== null) return handler(request, response)
     const waitingHere = connection[WAITING] ?? 0
     if (pipelined.waiting >= MAX_WAITING_IN_ALL && waitingHere >= MAX_WAITING_PRESSED) return connection.destroy()
     connection[WAITING] = waitingHere + 1
@@ -114,7 +116,7 @@ export function httpServer (requestTimeoutMs: number, pipelined = { waiting: 0 }
       request[TURN] = undefined
       // Its connection closed before its turn came (the answer before it cut short: Node then ends
       // that answer as if written, and hands the closed connection on): dropped, never begun.
-      if (connection.destroyed) return
+      if (closing(connection)) return
       if (turn.instead !== undefined) return turn.instead()
       handler(request, response)
     })
@@ -124,6 +126,11 @@ export function httpServer (requestTimeoutMs: number, pipelined = { waiting: 0 }
     // (16 KiB, then 431) bounds them.
     maxHeadersCount: 0
   }), stalledMs)
+}
+
+/** True once the connection is closed, or closing after an answer that ends it: nothing more is answered on it. */
+function closing (connection: Socket): boolean {
+  return connection.destroyed || connection.writableEnded
 }
 
 /** A connection's handle: libuv's counts of the bytes it has read and been handed to write, and of those still queued for the kernel (which Node's own socket timeout reads too). */

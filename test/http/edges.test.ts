@@ -379,18 +379,29 @@ for (const store of testStores()) {
         assert.equal((await call(server, 'GET', '/plants/12')).status, 404)
       })
 
-      await t.test('an HTTP/1.0 request with Transfer-Encoding is 400 and its connection closes, whatever follows it on the connection (RFC 9112 6.1), nothing stored', async () => {
+      await t.test('an HTTP/1.0 request with Transfer-Encoding is 400 and its connection closes, whatever answers it and whatever follows it on the connection (RFC 9112 6.1), nothing stored', async (t2) => {
         const body = '{"id":13,"name":"x"}'
         const chunked = `${body.length.toString(16)}\r\n${body}\r\n0\r\n\r\n`
-        const next = `GET /plants/1 HTTP/1.0\r\nHost: x\r\nAuthorization: Bearer ${server.token}\r\n\r\n`
-        for (const framing of [`Transfer-Encoding: chunked\r\n\r\n${chunked}`, `Transfer-Encoding: chunked\r\nContent-Length: ${body.length}\r\n\r\n${body}`]) {
-          const answer = await rawExchange(server, `POST /plants HTTP/1.0\r\nHost: x\r\nAuthorization: Bearer ${server.token}\r\nContent-Type: application/json\r\nConnection: keep-alive\r\n${framing}${next}`, { waitMs: 1000 })
-          assert.equal(answer.text.match(/HTTP\/1\.1 /g)?.length, 1, `one answer, the pipelined GET not carried out: ${answer.text}`)
+        const behind = '{"id":14,"name":"y"}'
+        const next = `POST /plants HTTP/1.0\r\nHost: x\r\nAuthorization: Bearer ${server.token}\r\nContent-Type: application/json\r\nContent-Length: ${behind.length}\r\n\r\n${behind}`
+        const request = (target: string, coding: string): string => `POST ${target} HTTP/1.0\r\nHost: x\r\nAuthorization: Bearer ${server.token}\r\nContent-Type: application/json\r\nConnection: keep-alive\r\nTransfer-Encoding: ${coding}\r\n\r\n${chunked}${next}`
+        // Its own refusal (chunked, or a coding that would be 501 on 1.1), and one that an earlier check makes (a fragment).
+        for (const [target, coding, message] of [['/plants', 'chunked', /HTTP\/1\.0 request cannot use Transfer-Encoding/], ['/plants', 'gzip, chunked', /HTTP\/1\.0 request cannot use Transfer-Encoding/], ['/plants#x', 'chunked', /fragment/]] as const) {
+          const answer = await rawExchange(server, request(target, coding), { waitMs: 1000 })
+          assert.equal(answer.text.match(/HTTP\/1\.1 /g)?.length, 1, `one answer, the request behind it not carried out: ${answer.text}`)
           assert.ok(isRawErrorBody(answer.text, 400), answer.text)
+          assert.match(parseRaw(answer.text).body.message, message)
           assert.match(answer.text, /connection: close/i)
           assert.ok(answer.closed, 'the connection closed')
         }
-        assert.equal((await call(server, 'GET', '/plants/13')).status, 404)
+        // A CORS preflight, answered before any check: its connection closes all the same.
+        const cors = await startServer(t2, { env: { CORS_ORIGINS: 'https://a.example' } })
+        const preflight = await rawExchange(cors, `OPTIONS /plants HTTP/1.0\r\nHost: x\r\nOrigin: https://a.example\r\nAccess-Control-Request-Method: POST\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n${next.replace(server.token, cors.token)}`, { waitMs: 1000 })
+        assert.equal(preflight.text.match(/HTTP\/1\.1 /g)?.length, 1, preflight.text)
+        assert.match(preflight.text, /^HTTP\/1\.1 204 [^]*connection: close/i)
+        assert.ok(preflight.closed, 'the connection closed')
+        assert.equal((await call(cors, 'GET', '/plants/14')).status, 404, 'nothing behind it stored')
+        for (const id of [13, 14]) assert.equal((await call(server, 'GET', `/plants/${id}`)).status, 404, `plant ${id} not stored`)
       })
 
       await t.test('astral characters round-trip exactly, and their retry is a safe 200', async () => {
@@ -566,6 +577,21 @@ test('many clients that pipeline without reading hold no more than a few thousan
   for (const socket of sockets) socket.destroy()
   for (const deadline = Date.now() + 5000; Date.now() < deadline; await sleep(50)) if (await waiting() === 0) break
   assert.equal(await waiting(), 0, 'none counted once their clients have gone')
+})
+
+test('a request read behind a refusal that closes its connection (its body unread) is never carried out: no answer could reach it (RFC 9112 9.6)', async (t) => {
+  const server = await startServer(t)
+  const post = (id: number, target = '/plants', extra = ''): string => {
+    const body = `{"id":${id},"name":"behind"}`
+    return `POST ${target} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${server.token}\r\nContent-Type: application/json\r\n${extra}Content-Length: ${body.length}\r\n\r\n${body}`
+  }
+  // No route, a fragment, an Expect it cannot meet: each refused before its body is read, the connection closed after.
+  for (const [refused, status] of [[post(1, '/nowhere'), 404], [post(2, '/plants#x'), 400], [post(3, '/plants', 'Expect: nothing\r\n'), 417]] as const) {
+    const { text, closed } = await rawExchange(server, refused + post(100 + status), { waitMs: 1000 })
+    assert.deepEqual(text.match(/HTTP\/1\.1 \d{3}/g), [`HTTP/1.1 ${status}`], text)
+    assert.ok(closed, 'the connection closed')
+    assert.equal((await call(server, 'GET', `/plants/${100 + status}`)).status, 404, `the POST behind the ${status} not stored`)
+  }
 })
 
 test('requests pipelined behind a long poll are all answered in order, one that arrives in two parts too: no 408 for a request the server stopped reading', async (t) => {
