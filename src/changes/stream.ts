@@ -42,7 +42,7 @@ export interface StreamOptions {
   /** The first page, read before the stream was admitted (so that a gone position is a plain 410). */
   first: Exclude<ChangesPage, 'gone'>
   /** The position the reader gave (`after`, Last-Event-ID), if any: it needs no bookmark of it. One that gave none is told first where its stream starts (`first.from`). */
-  from?: bigint
+  given?: bigint
   /** A change as JSON text: the JSON feed's serializer, from the document's `Change` schema. */
   serialize: (change: ReturnType<typeof changeOf>) => string
 }
@@ -60,7 +60,7 @@ export const STREAM_HEADERS = {
  * Reads a page at a time and writes it only while the socket takes it: a reader that stops
  * reading costs one page and the socket's buffer, then is closed.
  */
-export async function streamChanges ({ request, reply, store, feed, stillAllowed, log, tag, first, from, serialize }: StreamOptions): Promise<void> {
+export async function streamChanges ({ request, reply, store, feed, stillAllowed, log, tag, first, given, serialize }: StreamOptions): Promise<void> {
   reply.hijack()
   const res = reply.raw
   // The headers set so far (CORS's) go out with the stream's own.
@@ -73,7 +73,7 @@ export async function streamChanges ({ request, reply, store, feed, stillAllowed
   let why = 'client left'
   try {
     let page = first
-    let lastId = from ?? first.from
+    let lastId = given ?? first.from
     let lastWrite = performance.now()
     let lastBeat = performance.now()
     let lastCheck = performance.now()
@@ -109,7 +109,7 @@ export async function streamChanges ({ request, reply, store, feed, stillAllowed
     }
     // A reader that gave no position learns where it starts before anything else: resumed from
     // there, it gets a 410 if the log dropped what followed, never a silent gap.
-    if (!await writeWhenRoom(res, `retry: ${RETRY_MS}\n\n${from === undefined ? bookmark(first.from) : ''}`, feed)) return
+    if (!await writeWhenRoom(res, `retry: ${RETRY_MS}\n\n${given === undefined ? bookmark(first.from) : ''}`, feed)) return
     for (;;) {
       const events = page.changes.map(change => event(change.position, change.type, serialize(changeOf(change)))).join('')
       if (page.changes.length > 0) lastId = page.changes[page.changes.length - 1].position

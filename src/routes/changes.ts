@@ -70,7 +70,7 @@ export const changes: FastifyPluginAsync<{ store: Store, feed: Feed, stillAllowe
         try {
           // Compiled once per route (Fastify keeps it by schema), with the serializer of every JSON answer.
           const serialize = reply.compileSerializationSchema(CHANGE_SCHEMA, '200')
-          await streamChanges({ request, reply, store, feed, stillAllowed, log, tag, first, from: after, serialize })
+          await streamChanges({ request, reply, store, feed, stillAllowed, log, tag, first, given: after, serialize })
         } finally {
           feed.release('streams')
         }

@@ -109,13 +109,13 @@ function failure (error: Error): Omit<AttemptResult, 'durationMs'> {
   return error.name === 'AbortError' ? { error: reasonOf(error), abandoned: true } : { error: reasonOf(error) }
 }
 
-/** OpenSSL's error text (its error code, function, reason, source file and line): the reason alone is what went wrong. */
-const OPENSSL_ERROR = /\S*:error:[0-9A-F]+:[^:]*:[^:]*:([^:]*):\S*/g
+/** OpenSSL's error text (its error code, library, function, reason, source file and line): the reason alone is what went wrong. */
+const OPENSSL_ERROR = /(?:\S*:)?error:[0-9A-F]+:[^:]*:[^:]*:([^:]*)(?::[^:\s]*\.c:\d+:)?/g
 
 /** An error as the delivery log shows it: one line, with the system's code when there is one, and no internals. */
-function reasonOf (error: Error & { code?: string }): string {
+export function reasonOf (error: Error & { code?: string }): string {
   if (error.code === FORBIDDEN) return `refused: ${error.message}`
   if (error.name === 'AbortError') return 'abandoned: the server was stopping'
-  const message = error.message.replace(OPENSSL_ERROR, (_, reason: string) => `TLS: ${reason}`).replace(/\s+/g, ' ').trim()
+  const message = error.message.replace(OPENSSL_ERROR, (_, reason: string) => `TLS: ${reason}; `).replace(/\s+/g, ' ').replace(/[;\s]+$/, '')
   return error.code === undefined ? message : `${message} (${error.code})`
 }

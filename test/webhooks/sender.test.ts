@@ -5,7 +5,7 @@ import assert from 'node:assert/strict'
 import type { LookupAddress } from 'node:dns'
 import { test } from 'node:test'
 import type { ClaimedDelivery } from '../../src/store/webhooks.js'
-import { Sender } from '../../src/webhooks/sender.js'
+import { reasonOf, Sender } from '../../src/webhooks/sender.js'
 import { startReceiver } from '../receiver.js'
 
 /** A resolver we control: every name resolves to `address`, in dns.lookup's callback shapes. */
@@ -77,4 +77,14 @@ test('a receiver that does not speak TLS at an https URL: the attempt\'s error i
   assert.equal(result.statusCode, undefined)
   assert.match(result.error ?? '', /^[^\n]*TLS: wrong version number[^\n]*\(E[A-Z_]+\)$/, JSON.stringify(result.error))
   assert.doesNotMatch(result.error ?? '', /deps|openssl|\.c:|:error:/i)
+})
+
+test('OpenSSL\'s error text is cut to its reason, and what follows it is kept', () => {
+  const cases: Array<[string, string | undefined, string]> = [
+    ['write EPROTO 801CCF3DB97F0000:error:0A00010B:SSL routines:ssl3_get_record:wrong version number:../deps/openssl/openssl/ssl/record/ssl3_record.c:350:\n', 'EPROTO', 'write EPROTO TLS: wrong version number (EPROTO)'],
+    ['C0B7E3F7:error:0A000410:SSL routines:ssl3_read_bytes:sslv3 alert handshake failure:../deps/openssl/openssl/ssl/record/rec_layer_s3.c:1605:SSL alert number 40\n', 'ERR_SSL_SSLV3_ALERT_HANDSHAKE_FAILURE', 'TLS: sslv3 alert handshake failure; SSL alert number 40 (ERR_SSL_SSLV3_ALERT_HANDSHAKE_FAILURE)'],
+    ['error:0A000086:SSL routines::certificate verify failed', undefined, 'TLS: certificate verify failed'],
+    ['connect ECONNREFUSED 127.0.0.1:9', 'ECONNREFUSED', 'connect ECONNREFUSED 127.0.0.1:9 (ECONNREFUSED)']
+  ]
+  for (const [message, code, expected] of cases) assert.equal(reasonOf(Object.assign(new Error(message), code === undefined ? {} : { code })), expected)
 })
