@@ -13,6 +13,7 @@
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http'
 import { join } from 'node:path'
 import { pathToFileURL } from 'node:url'
+import { readJsonText } from './yardstick-body.js'
 
 const root = process.env.PLANTSTORE_ROOT ?? ''
 const path = process.env.DATABASE_PATH ?? ''
@@ -84,18 +85,10 @@ async function node (): Promise<() => Promise<void>> {
   const server = createServer((request: IncomingMessage, response: ServerResponse) => {
     if (request.url === '/healthz') return response.end('{"status":"ok"}')
     if (request.method !== 'POST' || request.url !== '/plants') return fail(response, 404, 'There is no such route.')
-    if (!(request.headers['content-type'] ?? '').startsWith('application/json')) return fail(response, 415, 'The request body must be JSON.')
-    const chunks: Buffer[] = []
-    let size = 0
-    request.on('data', (chunk: Buffer) => {
-      size += chunk.length
-      if (size <= BODY_LIMIT) chunks.push(chunk)
-    })
-    request.on('end', () => {
-      if (size > BODY_LIMIT) return fail(response, 413, 'The request body is larger than 64 KiB.')
+    readJsonText(request, response, BODY_LIMIT, fail, text => {
       let body: unknown
       try {
-        body = parseJson((chunks.length === 1 ? chunks[0] : Buffer.concat(chunks)).toString('utf8'))
+        body = parseJson(text)
       } catch {
         return fail(response, 400, 'The request body is not JSON.')
       }

@@ -36,6 +36,7 @@ import { createRequire } from 'node:module'
 import pg from 'pg'
 import postgresJs from 'postgres'
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http'
+import { readJsonText } from './yardstick-body.js'
 
 const BODY_LIMIT = 64 * 1024
 const INT64 = [-(2n ** 63n), 2n ** 63n - 1n]
@@ -93,16 +94,8 @@ function newPlantOf (text: string): NewPlant | undefined {
 
 /** Content type, body and NewPlant checked; `accept` gets the plant, or the failure is answered. */
 function readPlant (request: IncomingMessage, response: ServerResponse, accept: (plant: NewPlant) => void): void {
-  if (!(request.headers['content-type'] ?? '').startsWith('application/json')) return fail(response, 415, 'The request body must be JSON.')
-  const chunks: Buffer[] = []
-  let size = 0
-  request.on('data', (chunk: Buffer) => {
-    size += chunk.length
-    if (size <= BODY_LIMIT) chunks.push(chunk)
-  })
-  request.on('end', () => {
-    if (size > BODY_LIMIT) return fail(response, 413, 'The request body is larger than 64 KiB.')
-    const plant = newPlantOf((chunks.length === 1 ? chunks[0] : Buffer.concat(chunks)).toString('utf8'))
+  readJsonText(request, response, BODY_LIMIT, fail, text => {
+    const plant = newPlantOf(text)
     if (plant === undefined) return fail(response, 400, 'The request body is not a valid NewPlant.')
     accept(plant)
   })
