@@ -7,7 +7,7 @@ import { Feed } from './changes/feed.js'
 import type { Config } from './config.js'
 import { BODY_LIMIT, validatorCompiler } from './contract.js'
 import { corsFor } from './cors.js'
-import { edgeRefusal, framingUntrusted } from './edge.js'
+import { edgeRefusal } from './edge.js'
 import { ApiError, clientErrorHandler, frameworkErrorHandler, installErrorHandling, refusalReport, unroutedRefusal } from './errors.js'
 import { httpServer } from './http-server.js'
 import { JsonError, parseJson } from './json.js'
@@ -142,8 +142,6 @@ export async function buildApp ({ config, store: bareStore, log = pino({ level: 
   const record = requestRecorder(metrics, log)
   app.addHook('onRequest', (request, reply, done) => {
     record(request, reply)
-    // Whatever answers it (a preflight, an earlier refusal, its own 400), such a request's connection ends with it.
-    if (framingUntrusted(request)) reply.raw.shouldKeepAlive = false
     if (cors !== undefined) {
       cors.headers(request, reply)
       if (cors.answeredPreflight(request, reply)) return

@@ -2,6 +2,7 @@ import type { FastifyRequest } from 'fastify'
 import type { Logger } from 'pino'
 import { MAX_PATH } from './contract.js'
 import { ApiError, FRAGMENT_MESSAGE, LONG_PATH_MESSAGE, onlyContinue } from './errors.js'
+import { framingUntrusted } from './http-server.js'
 
 /** Headers that mean one thing: given twice, which one counts is a guess (RFC 9110 5.3), so neither does. */
 const SINGLE = new Map([['authorization', 'Authorization'], ['host', 'Host'], ['content-type', 'Content-Type']])
@@ -19,15 +20,6 @@ function repeatedHeader (request: FastifyRequest): string | undefined {
     seen.push(name)
   }
   return undefined
-}
-
-/**
- * True for an HTTP/1.0 request with a Transfer-Encoding, which that version does not have: a peer
- * may frame it otherwise (request smuggling), so it is refused and its connection closes,
- * whatever answers it (RFC 9112 6.1).
- */
-export function framingUntrusted (request: FastifyRequest): boolean {
-  return request.raw.httpVersionMinor === 0 && request.headers['transfer-encoding'] !== undefined
 }
 
 /** True when every percent-escape in `text` is a byte of valid UTF-8. */
@@ -71,7 +63,7 @@ export function edgeRefusal (request: FastifyRequest, log: Logger): ApiError | u
   // still coded (501, RFC 9112 6.1). Without chunked last, the body has no end to find: 400, and
   // the connection closes (RFC 9112 6.3).
   const coding = request.headers['transfer-encoding']?.trim().toLowerCase()
-  if (framingUntrusted(request)) return new ApiError('transferEncodingOnHttp10')
+  if (framingUntrusted(request.raw)) return new ApiError('transferEncodingOnHttp10')
   if (coding !== undefined && coding !== 'chunked') return new ApiError(/(^|[\s,])chunked$/.test(coding) ? 'unsupportedTransferCoding' : 'unframedBody')
   const repeated = repeatedHeader(request)
   if (repeated !== undefined) return new ApiError('repeatedHeader', `The ${repeated} header was sent more than once; send it once.`)

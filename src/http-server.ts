@@ -91,6 +91,8 @@ export function httpServer (requestTimeoutMs: number, pipelined = { waiting: 0 }
     // closed below while the rest of its read is parsed: never begun, as no answer could reach its
     // client (RFC 9112 9.6), which sends it again.
     if (closing(connection)) return
+    // Whatever answers it (a preflight, an earlier refusal, its own 400), its connection ends with it.
+    if (framingUntrusted(request)) response.shouldKeepAlive = false
     if (response.socket !== null) return handler(request, response)
     const waitingHere = connection[WAITING] ?? 0
     if (pipelined.waiting >= MAX_WAITING_IN_ALL && waitingHere >= MAX_WAITING_PRESSED) return connection.destroy()
@@ -126,6 +128,15 @@ export function httpServer (requestTimeoutMs: number, pipelined = { waiting: 0 }
     // (16 KiB, then 431) bounds them.
     maxHeadersCount: 0
   }), stalledMs)
+}
+
+/**
+ * True for an HTTP/1.0 request with a Transfer-Encoding, which that version does not have: a peer
+ * may frame it otherwise (request smuggling), so it is refused (edge.ts) and its connection
+ * closes, whatever answers it (RFC 9112 6.1).
+ */
+export function framingUntrusted (request: IncomingMessage): boolean {
+  return request.httpVersionMinor === 0 && request.headers['transfer-encoding'] !== undefined
 }
 
 /** True once the connection is closed, or closing after an answer that ends it: nothing more is answered on it. */

@@ -109,7 +109,7 @@ export async function streamChanges ({ request, reply, store, feed, stillAllowed
     }
     // A reader that gave no position learns where it starts before anything else: resumed from
     // there, it gets a 410 if the log dropped what followed, never a silent gap.
-    if (!await writeWhenRoom(res, `retry: ${RETRY_MS}\n\n${given === undefined ? bookmark(first.from) : ''}`, feed)) return
+    if (!await send(`retry: ${RETRY_MS}\n\n${given === undefined ? bookmark(first.from) : ''}`)) return
     for (;;) {
       const events = page.changes.map(change => event(change.position, change.type, serialize(changeOf(change)))).join('')
       if (page.changes.length > 0) lastId = page.changes[page.changes.length - 1].position
