@@ -92,7 +92,7 @@ export async function buildApp ({ config, store: bareStore, log = pino({ level: 
     genReqId: requestIds(),
     bodyLimit: BODY_LIMIT,
     serverFactory: httpServer(config.requestTimeout * 1000, metrics.state.pipelined),
-    clientErrorHandler: clientErrorHandler(refused),
+    clientErrorHandler: clientErrorHandler(refused, cors),
     // A path that cannot be routed is answered before any hook runs: its CORS headers are added here.
     frameworkErrors: cors === undefined
       ? refuseBeforeRouting
@@ -105,7 +105,7 @@ export async function buildApp ({ config, store: bareStore, log = pino({ level: 
   })
 
   app.setValidatorCompiler(validatorCompiler)
-  installErrorHandling(app, log, refused)
+  installErrorHandling(app, log, refused, cors)
 
   // JSON only: any other content type is answered 415. One reader for every body (src/json.ts),
   // over bytes that must be UTF-8: text that cannot be stored exactly is refused, not replaced.

@@ -9,6 +9,8 @@ const EXPOSE_HEADERS = 'Allow, Changes-Position, ETag, Link, Retry-After, WWW-Au
 const MAX_AGE = '600'
 
 export interface Cors {
+  /** The CORS headers of any answer to a request from `origin` (its Origin header): `Vary: Origin` always, the allowance for a listed origin. */
+  headersFor: (origin: string | undefined) => Readonly<Record<string, string>>
   /** Adds the CORS headers to `reply`, whatever it will answer: the first thing done with a request, and with every answer given before hooks run. */
   headers: (request: FastifyRequest, reply: FastifyReply) => void
   /** Answers a preflight from a listed origin on a path of the document (204, what it may send); false, doing nothing, for any other request. */
@@ -24,17 +26,13 @@ export interface Cors {
  */
 export function corsFor (origins: readonly string[]): Cors | undefined {
   if (origins.length === 0) return undefined
-  const allowed = new Set(origins)
-  const headers = (request: FastifyRequest, reply: FastifyReply): void => {
-    reply.header('vary', 'Origin')
-    const origin = request.headers.origin
-    if (origin === undefined || !allowed.has(origin)) return
-    reply.header('access-control-allow-origin', origin)
-    reply.header('access-control-expose-headers', EXPOSE_HEADERS)
-  }
+  const elsewhere = Object.freeze({ vary: 'Origin' })
+  const allowances = new Map(origins.map(origin => [origin, Object.freeze({ ...elsewhere, 'access-control-allow-origin': origin, 'access-control-expose-headers': EXPOSE_HEADERS })]))
+  const headersFor = (origin: string | undefined): Readonly<Record<string, string>> => (origin === undefined ? undefined : allowances.get(origin)) ?? elsewhere
+  const headers = (request: FastifyRequest, reply: FastifyReply): void => { reply.headers(headersFor(request.headers.origin)) }
   const answeredPreflight = (request: FastifyRequest, reply: FastifyReply): boolean => {
     const preflight = request.method === 'OPTIONS' && request.headers['access-control-request-method'] !== undefined &&
-      allowed.has(request.headers.origin ?? '')
+      allowances.has(request.headers.origin ?? '')
     const methods = preflight ? allowedMethods(request.url.split('?')[0]) : []
     if (methods.length === 0) return false
     reply.code(204).headers({
@@ -44,5 +42,5 @@ export function corsFor (origins: readonly string[]): Cors | undefined {
     }).send()
     return true
   }
-  return { headers, answeredPreflight }
+  return { headersFor, headers, answeredPreflight }
 }

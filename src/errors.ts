@@ -3,6 +3,7 @@ import { STATUS_CODES, type IncomingMessage, type ServerResponse } from 'node:ht
 import type { Socket } from 'node:net'
 import type { Logger } from 'pino'
 import { allowedMethods, BODY_LIMIT, MAX_PATH } from './contract.js'
+import type { Cors } from './cors.js'
 import { answerInItsTurn } from './http-server.js'
 
 /** Every named failure, once: its status and the sentence the client reads. */
@@ -248,7 +249,7 @@ export function unroutedRefusal (request: FastifyRequest): ApiError {
 }
 
 /** Replaces Fastify's and Node's error replies with the Error body, everywhere; `refused` reports what is answered before routing. */
-export function installErrorHandling (app: FastifyInstance, log: Logger, refused: ReportRefusal): void {
+export function installErrorHandling (app: FastifyInstance, log: Logger, refused: ReportRefusal, cors?: Cors): void {
   const storeTrouble = onceASecond(log)
   app.setErrorHandler((error: FastifyError, request: FastifyRequest, reply: FastifyReply) => {
     const failure = toApiError(error, request.body === undefined)
@@ -264,7 +265,7 @@ export function installErrorHandling (app: FastifyInstance, log: Logger, refused
   // Node answers an Expect other than 100-continue with an empty 417 unless someone listens.
   app.server.on('checkExpectation', (_request: IncomingMessage, response: ServerResponse) => {
     refused('expectationFailed')
-    answerBeforeBody(response, failures.expectationFailed)
+    answerBeforeBody(response, failures.expectationFailed, cors)
   })
   // Expect: 100-continue asks whether to send the body (RFC 9110 10.1.1): one declared over the
   // limit is refused now. Any other is told to go on when its body is first read (Fastify resumes
@@ -274,11 +275,11 @@ export function installErrorHandling (app: FastifyInstance, log: Logger, refused
     // Node takes any Expect that names 100-continue among others (`100-continue, foo`) for one.
     if (!onlyContinue(request.headers.expect)) {
       refused('expectationFailed')
-      return answerBeforeBody(response, failures.expectationFailed)
+      return answerBeforeBody(response, failures.expectationFailed, cors)
     }
     if (Number(request.headers['content-length']) > BODY_LIMIT) {
       refused('bodyTooLarge')
-      return answerBeforeBody(response, failures.bodyTooLarge)
+      return answerBeforeBody(response, failures.bodyTooLarge, cors)
     }
     request.once('resume', () => {
       // Node also resumes a request to discard its unread body once answered: no 100 then.
@@ -290,7 +291,7 @@ export function installErrorHandling (app: FastifyInstance, log: Logger, refused
   // Node hands a CONNECT request to a 'connect' listener and, without one, closes the connection unanswered.
   app.server.on('connect', (_request: IncomingMessage, socket: Socket) => {
     refused('connectNotServed')
-    answerOnSocket(socket, failures.connectNotServed)
+    answerOnSocket(socket, failures.connectNotServed, { cors })
   })
 }
 
@@ -405,7 +406,7 @@ function clientFailure (name: FailureName, error: NodeJS.ErrnoException & { reas
  * request that stops arriving) with the Error body, and logs each at warn with its reason;
  * never a header value, so never a token.
  */
-export function clientErrorHandler (refused: ReportRefusal): (error: NodeJS.ErrnoException, socket: Socket) => void {
+export function clientErrorHandler (refused: ReportRefusal, cors?: Cors): (error: NodeJS.ErrnoException, socket: Socket) => void {
   return (error, socket) => {
     const name = error.code === 'HPE_HEADER_OVERFLOW'
       ? headTooLarge(error)
@@ -427,7 +428,7 @@ export function clientErrorHandler (refused: ReportRefusal): (error: NodeJS.Errn
       socket.pause() // no further request is read meanwhile: this answer ends the connection
       const answer = (): void => {
         refused(name, { code: error.code })
-        answerOnSocket(socket, failure, method)
+        answerOnSocket(socket, failure, { method, cors })
       }
       // One whose head had arrived waits for its turn: it is answered then, instead of carried out.
       const arriving = arrivingRequest(socket as Connection)
@@ -441,7 +442,7 @@ export function clientErrorHandler (refused: ReportRefusal): (error: NodeJS.Errn
     }
     if (answeredStillArriving(socket as Connection)) return socket.destroy()
     refused(name, { code: error.code }, socket)
-    answerOnSocket(socket, failure, method)
+    answerOnSocket(socket, failure, { method, cors })
   }
 }
 
@@ -498,9 +499,9 @@ export function onlyContinue (expect: string | undefined): boolean {
 }
 
 /** Answers a request whose body was not read, and closes its connection: what may follow the head is not a request. */
-function answerBeforeBody (response: ServerResponse, failure: { status: number, message: string }): void {
+function answerBeforeBody (response: ServerResponse, failure: { status: number, message: string }, cors: Cors | undefined): void {
   const body = errorBody(failure.status, failure.message)
-  response.writeHead(failure.status, { 'content-type': JSON_TYPE, 'content-length': Buffer.byteLength(body), connection: 'close' }).end(body)
+  response.writeHead(failure.status, { ...cors?.headersFor(response.req.headers.origin), 'content-type': JSON_TYPE, 'content-length': Buffer.byteLength(body), connection: 'close' }).end(body)
 }
 
 /**
@@ -517,12 +518,15 @@ const LINGER_MS = 2000
  * arrived (its head or body too slow) could otherwise arrive whole behind its answer, and be
  * carried out.
  */
-function answerOnSocket (socket: Socket, failure: { status: number, message: string }, method?: string): void {
+function answerOnSocket (socket: Socket, failure: { status: number, message: string }, { method, cors }: { method?: string, cors?: Cors }): void {
   socket.pause()
   const body = errorBody(failure.status, failure.message)
-  // A HEAD is answered as HEAD is, without the body: one whose head was read (its body failed), or whose head failed.
-  const head = (arrivingRequest(socket as Connection)?.method ?? method) === 'HEAD'
-  socket.end(`HTTP/1.1 ${failure.status} ${STATUS_CODES[failure.status] ?? ''}\r\nDate: ${new Date().toUTCString()}\r\n` +
+  // One whose head was read (its body failed) is answered by what it said: HEAD without the body,
+  // and its Origin's CORS headers. One whose head failed, by the method read from its bytes, if any.
+  const request = arrivingRequest(socket as Connection)
+  const head = (request?.method ?? method) === 'HEAD'
+  const cross = Object.entries(cors?.headersFor(request?.headers.origin) ?? {}).map(([name, value]) => `${name}: ${value}\r\n`).join('')
+  socket.end(`HTTP/1.1 ${failure.status} ${STATUS_CODES[failure.status] ?? ''}\r\nDate: ${new Date().toUTCString()}\r\n${cross}` +
     `Content-Type: ${JSON_TYPE}\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${head ? '' : body}`)
   const drop = setTimeout(() => socket.destroy(), LINGER_MS).unref()
   socket.once('close', () => clearTimeout(drop))

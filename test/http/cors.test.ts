@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict'
 import { test } from 'node:test'
 import { call, cli, holdWriteLock, isErrorBody, startServer, type Answer, type Server } from '../helpers.js'
+import { isRawErrorBody, rawExchange, rawHeaders } from '../raw.js'
 import { openStream } from '../sse.js'
 
 const ALLOWED = ['http://garden.example:3000', 'https://shop.example']
@@ -109,6 +110,30 @@ test('with CORS_ORIGINS, the listed origins get CORS headers on every answer and
       assertCors(answer, origins[i], '503')
     })
   })
+})
+
+test('the answers written outside Fastify, to a request whose head was read, carry the CORS headers of its Origin: a body too slow (408) or malformed (400), an Expect refused (417), a body declared too large before it is sent (413); one whose head could not be read, Vary alone', async (t) => {
+  const server = await startServer(t, { env: { CORS_ORIGINS, REQUEST_TIMEOUT: '1' } })
+  const head = (origin: string, lines: string): string => `POST /plants HTTP/1.1\r\nHost: x\r\nOrigin: ${origin}\r\nAuthorization: Bearer ${server.token}\r\nContent-Type: application/json\r\n${lines}\r\n`
+  for (const origin of [...ALLOWED, ...REFUSED]) {
+    const cases: Array<[string, number, string]> = [
+      ['a body that stops arriving', 408, head(origin, 'Content-Length: 50\r\n') + '{"id":'],
+      ['a malformed chunked body', 400, head(origin, 'Transfer-Encoding: chunked\r\n') + 'zz\r\n'],
+      ['an Expect other than 100-continue', 417, head(origin, 'Expect: foo\r\nContent-Length: 2\r\n')],
+      ['100-continue for a body over the limit', 413, head(origin, 'Expect: 100-continue\r\nContent-Length: 70000\r\n')]
+    ]
+    for (const [what, status, bytes] of cases) {
+      const answer = await rawExchange(server, bytes, { waitMs: 3000 })
+      assert.ok(isRawErrorBody(answer.text, status), `${what}: ${answer.text}`)
+      assertCors({ status, headers: rawHeaders(answer.text), text: '', body: undefined }, origin, what)
+    }
+  }
+  // A head that cannot be read names no origin the answer could trust: Vary alone.
+  const unread = await rawExchange(server, head(ALLOWED[0], 'Content-Length: 2\r\nContent-Length: 2\r\n') + '{}')
+  assert.ok(isRawErrorBody(unread.text, 400), unread.text)
+  assert.equal(rawHeaders(unread.text).get('vary'), 'Origin')
+  assert.deepEqual([...rawHeaders(unread.text).keys()].filter(name => name.startsWith('access-control-')), [])
+  assert.equal((await call(server, 'GET', '/plants')).text, '[]', 'nothing was stored')
 })
 
 test('the change feed carries the CORS headers for a listed origin, and only for it: JSON, a 410, and a stream', async (t) => {
