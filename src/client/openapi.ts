@@ -336,7 +336,7 @@ export interface paths {
         put?: never;
         /**
          * Send a delivery again now
-         * @description Makes the delivery pending and due now, whatever its state (`409` while the subscription is disabled: enable it first); it is attempted within a second (by one instance), with the same `webhook-id`; while an attempt of it is under way, the next follows within a second of its end, unless it delivered. If that attempt fails, the schedule goes on from where it stood. Needs `admin`.
+         * @description Makes the delivery pending and due now, whatever its state (`409` while the subscription is disabled: enable it first); it is attempted within a second (by one instance), with the same `webhook-id`; while an attempt of it is under way, the next follows within a second of its end, unless it delivered. If that attempt fails, it counts as one of the schedule's: the next comes the schedule's wait for the attempts made so far after it, and a delivery past its tenth attempt is `failed` again. Needs `admin`.
          */
         post: operations["retryWebhookDelivery"];
         delete?: never;

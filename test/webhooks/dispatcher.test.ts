@@ -82,6 +82,30 @@ test('a failing delivery is attempted on the schedule, never early, ten times, t
   assert.deepEqual(new Set(receiver.received.map(r => r.headers['webhook-id'])), new Set(['chg_1']), 'the same webhook-id on every attempt')
   await new Promise(resolve => setTimeout(resolve, 100))
   assert.equal(receiver.received.length, 10, 'nothing after the last')
+
+  // Sent again by hand (POST …/retry) and failing: failed again at once, past the schedule's end.
+  await store.webhooks.retry(hook.id, (await afterAttempts(store, hook.id, 10)).id, clock.now)
+  dispatcher.poke()
+  const again = await afterAttempts(store, hook.id, 11)
+  assert.equal(again.status, 'failed')
+  assert.equal(again.nextAt, undefined)
+})
+
+test('an attempt sent by hand (retry) that fails is one of the schedule\'s: the next waits as after that many attempts', async (t) => {
+  const { store, dispatcher, clock } = await harness(t)
+  const receiver = await startReceiver(t)
+  receiver.answer = (_request, response) => { response.writeHead(500).end('down') }
+  const hook = await store.webhooks.create({ url: receiver.url, events: ['plant.created'], secret: SECRET }, clock.now)
+  await store.create({ id: 1n, name: 'Fern' })
+  dispatcher.poke()
+  const first = await afterAttempts(store, hook.id, 1)
+  assert.equal(first.nextAt!.getTime() - clock.now.getTime(), RETRY_SCHEDULE_MS[0])
+  clock.now = new Date(clock.now.getTime() + 1000)
+  await store.webhooks.retry(hook.id, first.id, clock.now)
+  dispatcher.poke()
+  const second = await afterAttempts(store, hook.id, 2)
+  assert.equal(second.status, 'pending')
+  assert.equal(second.nextAt!.getTime() - clock.now.getTime(), RETRY_SCHEDULE_MS[1], 'the wait after a second attempt, not the first\'s again')
 })
 
 test('Retry-After lengthens the wait; a redirect is a failure and is not followed; a 410 disables the subscription', async (t) => {
