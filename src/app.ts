@@ -8,12 +8,13 @@ import type { Config } from './config.js'
 import { BODY_LIMIT, validatorCompiler } from './contract.js'
 import { corsFor } from './cors.js'
 import { edgeRefusal } from './edge.js'
-import { ApiError, clientErrorHandler, frameworkErrorHandler, installErrorHandling, refusalReport, unroutedRefusal } from './errors.js'
+import { ApiError, frameworkErrorHandler, installErrorHandling, refusalReport, unroutedRefusal } from './errors.js'
 import { httpServer } from './http-server.js'
 import { JsonError, parseJson } from './json.js'
 import { refusalCounter, requestRecorder, shedCounter } from './metrics/http.js'
 import { createMetrics, type Metrics } from './metrics/metrics.js'
 import { instrumentStore } from './metrics/store.js'
+import { clientErrorHandler, installNodeRefusals } from './node-refusals.js'
 import { RateLimiter } from './rate-limit.js'
 import { docs } from './routes/docs.js'
 import { changes } from './routes/changes.js'
@@ -105,7 +106,8 @@ export async function buildApp ({ config, store: bareStore, log = pino({ level: 
   })
 
   app.setValidatorCompiler(validatorCompiler)
-  installErrorHandling(app, log, refused, cors)
+  installErrorHandling(app, log)
+  installNodeRefusals(app.server, refused, cors)
 
   // JSON only: any other content type is answered 415. One reader for every body (src/json.ts),
   // over bytes that must be UTF-8: text that cannot be stored exactly is refused, not replaced.

@@ -78,7 +78,7 @@ export const BODY_LIMIT = 64 * 1024
 /**
  * The longest path (the request target before any query) answered: far above any of the API's,
  * below the head that Node refuses as too large (16 KiB). A longer one is 414, also past those
- * 16 KiB (errors.ts).
+ * 16 KiB (node-refusals.ts).
  */
 export const MAX_PATH = 2048
 

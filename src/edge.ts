@@ -1,8 +1,9 @@
 import type { FastifyRequest } from 'fastify'
 import type { Logger } from 'pino'
 import { MAX_PATH } from './contract.js'
-import { ApiError, FRAGMENT_MESSAGE, LONG_PATH_MESSAGE, onlyContinue } from './errors.js'
+import { ApiError, FRAGMENT_MESSAGE, LONG_PATH_MESSAGE } from './errors.js'
 import { framingUntrusted } from './http-server.js'
+import { onlyContinue } from './node-refusals.js'
 
 /** Headers that mean one thing: given twice, which one counts is a guess (RFC 9110 5.3), so neither does. */
 const SINGLE = new Map([['authorization', 'Authorization'], ['host', 'Host'], ['content-type', 'Content-Type']])

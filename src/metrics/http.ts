@@ -33,7 +33,7 @@ export function refusalCounter (metrics: Metrics): CountRefusal {
     const routed = (socket as Connection | undefined)?.[ROUTED]
     if (routed !== undefined) {
       routed.answeredBeforeRoute = status
-      // Its connection lingers after that answer (errors.ts): the request's time ends here.
+      // Its connection lingers after that answer (node-refusals.ts): the request's time ends here.
       routed.answeredAt = performance.now()
       return { reqId: routed.reqId }
     }
