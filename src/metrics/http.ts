@@ -18,9 +18,13 @@ const UNMATCHED = 'unmatched'
 /** The status label of a request whose client closed the connection before the answer was written (nginx's convention). */
 const CLIENT_CLOSED = 499
 
-/** On a connection, its request routed and not yet answered: its id, and the status Node answered it with and when, if it did (a 408 for a body too slow). */
+/**
+ * On a connection, its request routed and not yet answered: its id; the bytes the connection had
+ * written when it began (a request begins once the answers before it are done, src/http-server.ts);
+ * and the status Node answered it with and when, if it did (a 408 for a body too slow).
+ */
 const ROUTED = Symbol('plantstore.routed')
-interface Routed { reqId: string, answeredBeforeRoute?: number, answeredAt?: number }
+interface Routed { reqId: string, written: number, answeredBeforeRoute?: number, answeredAt?: number }
 type Connection = Socket & { [ROUTED]?: Routed }
 
 /**
@@ -90,7 +94,7 @@ export function requestRecorder (metrics: Metrics, log: Logger): (request: Fasti
     if (!counted && !logging) return
     const start = performance.now()
     const connection: Connection = request.raw.socket
-    const routed: Routed = { reqId: request.id }
+    const routed: Routed = { reqId: request.id, written: connection.bytesWritten }
     if (counted) {
       state.requestsInFlight++
       connection[ROUTED] = routed
@@ -101,7 +105,10 @@ export function requestRecorder (metrics: Metrics, log: Logger): (request: Fasti
         if (connection[ROUTED] === routed) connection[ROUTED] = undefined
       }
       // An answer whose head went out keeps its status (a change stream its client closed is a 200).
-      const status = reply.raw.writableFinished || reply.raw.headersSent ? reply.raw.statusCode : routed.answeredBeforeRoute ?? CLIENT_CLOSED
+      // One made after its client had gone (a half-close, which Node takes as leaving) was never
+      // written: Node drops it, though it calls it finished.
+      const given = (reply.raw.writableFinished || reply.raw.headersSent) && connection.bytesWritten > routed.written
+      const status = given ? reply.raw.statusCode : routed.answeredBeforeRoute ?? CLIENT_CLOSED
       const ms = (routed.answeredAt ?? performance.now()) - start
       const outcome = outcomeOf(request.method, url, status)
       outcome.series?.observe(ms / 1000)

@@ -5,7 +5,7 @@ import { test } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { rawExchange } from '../raw.js'
 import { openStream } from '../sse.js'
-import { call, holdWriteLock, isErrorBody, parseMetrics, sampleValue, startServer, type Sample, type Server } from '../helpers.js'
+import { call, cli, holdWriteLock, isErrorBody, parseMetrics, sampleValue, startServer, type Sample, type Server } from '../helpers.js'
 
 async function scrape (server: Server): Promise<Sample[]> {
   const answer = await call(server, 'GET', '/metrics', { token: null })
@@ -201,6 +201,25 @@ test('while the store cannot write: requests and store calls in flight show, a 5
   assert.equal(sampleValue(samples, 'plantstore_store_operations_in_flight', { operation: 'create' }), 0)
   await released
   assert.equal((await call(server, 'POST', '/plants', { body: { id: 3, name: 'after' } })).status, 200)
+})
+
+test('a client that half-closes once its request is sent is taken as gone: a read answered after the close counts as 499, and the answer is never written', async (t) => {
+  const server = await startServer(t)
+  // Tokens never used yet: each request looks its token up in the store, so its answer comes after the client's FIN is read.
+  const tokens = ['a', 'b', 'c'].map(name => cli(server.dir, ['tokens', 'create', '--name', `half-${name}`]).stdout.trim())
+  const paths = ['/plants', '/plants/1', '/plants/changes']
+  for (const [i, path] of paths.entries()) {
+    const answer = await rawExchange(server, `GET ${path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${tokens[i]}\r\n\r\n`, { endWrite: true, waitMs: 1000 })
+    assert.equal(answer.text, '', `${path}: no answer after the half-close`)
+  }
+  await sleep(100)
+  const samples = await scrape(server)
+  for (const [route, status] of [['/plants', '200'], ['/plants/{id}', '404'], ['/plants/changes', '200']]) {
+    assert.equal(requests(samples, 'GET', route, status), 0, `${route} not counted as answered ${status}`)
+    assert.equal(requests(samples, 'GET', route, '499'), 1, `${route} counted as 499`)
+  }
+  const logged = server.stdout().trim().split('\n').map(line => JSON.parse(line) as { msg: string, route?: string, status?: number }).filter(line => line.msg === 'request' && line.route?.startsWith('/plants') === true)
+  assert.deepEqual(logged.map(line => [line.route, line.status]), [['/plants', 499], ['/plants/{id}', 499], ['/plants/changes', 499]], 'logged as 499 too')
 })
 
 test('too slow to arrive: a routed request (its body late) counts under its route as the 408 it was answered, not 499; one whose headers are late, as a refusal before routing', { timeout: 10_000 }, async (t) => {
