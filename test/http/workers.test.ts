@@ -151,6 +151,22 @@ if (PG_URL === undefined) {
     assert.equal(await accepting(Number(port)), false, 'the port is closed')
   })
 
+  test('--workers 3: with no requests between scrapes, every series of the summed metrics stays exactly the same, floating-point sums too (Prometheus reads any fall as a reset)', async (t) => {
+    const { url } = await pgSchema(t)
+    const server = await startServer(t, { env: { DATABASE_URL: url, WORKERS: '3' } })
+    t.after(() => { for (const pid of children(server.process.pid!)) process.kill(pid, 'SIGKILL') })
+    await until(20_000, 'the workers listen', () => listening(server) === 3)
+    for (const path of ['/plants', '/plants/1', '/plants?limit=5', '/plants?limit=0', '/plants/x', '/plants/changes', '/nowhere', '/healthz']) await Promise.all(Array.from({ length: 30 }, () => getOnNewConnection(server, path)))
+    await until(2000, 'every worker answered some', () => servedBy(server).size === 3)
+    const sums = async (): Promise<Map<string, number>> => new Map(parseMetrics(await metricsOnNewConnection(server))
+      .filter(sample => sample.name === 'plantstore_http_request_duration_seconds_sum' ||
+        (sample.name === 'plantstore_store_operation_duration_seconds_sum' && ['get', 'list', 'changes', 'findToken'].includes(sample.labels.operation)))
+      .map(sample => [`${sample.name} ${JSON.stringify(sample.labels)}`, sample.value]))
+    const first = await sums()
+    assert.ok(first.size >= 10, `series: ${[...first.keys()].join(' ')}`)
+    for (let scrape = 1; scrape < 30; scrape++) assert.deepEqual(await sums(), first, `scrape ${scrape}`)
+  })
+
   test('a worker that keeps dying is restarted after growing waits, not in a tight loop', async (t) => {
     const { url } = await pgSchema(t)
     const server = await startServer(t, { env: { DATABASE_URL: url, WORKERS: '2' } })
