@@ -122,6 +122,21 @@ for (const store of testStores()) {
 // The rest runs on SQLite: the stream's bounds live in the server, whatever its store.
 // Two at a time: most of these wait on timers (heartbeats, stalls, rechecks), not on the machine.
 describe('stream bounds (SQLite)', { concurrency: 2 }, () => {
+  test('a stream its client closes is logged as one request line (200) and one line of its end, which names no route or status: a pipeline counting lines by route counts it once', async (t) => {
+    const server = await startServer(t)
+    await post(server, 1, 'Fern')
+    const stream = await openStream(`${server.url}/plants/changes`, server.token)
+    await stream.until(1, isChange)
+    stream.close()
+    const lines = (): Array<Record<string, unknown>> => server.stdout().trim().split('\n').map(line => JSON.parse(line) as Record<string, unknown>)
+    for (const deadline = Date.now() + 3000; !lines().some(line => line.msg === 'change stream ended') && Date.now() < deadline;) await sleep(50)
+    const ended = lines().filter(line => line.msg === 'change stream ended')
+    const requests = lines().filter(line => line.route === '/plants/changes')
+    assert.equal(ended.length, 1)
+    assert.deepEqual([ended[0].changes, ended[0].ended, typeof ended[0].durationMs], [1, 'client left', 'number'])
+    assert.deepEqual(requests.map(line => [line.msg, line.status, line.reqId]), [['request', 200, ended[0].reqId]])
+  })
+
   test('heartbeats: an idle stream gets a comment line within 15 s', { timeout: 20_000 }, async (t) => {
     const server = await startServer(t)
     const stream = await openStream(`${server.url}/plants/changes`, server.token)
