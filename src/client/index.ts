@@ -163,7 +163,10 @@ const PASSING_STATUSES = new Set([429, 502, 503, 504])
 /** The first pause before `changes` asks again without a Retry-After; it doubles on each failure in a row, up to MAX_PAUSE_MS. */
 const FIRST_PAUSE_MS = 100
 const MAX_PAUSE_MS = 5000
-/** How often `changes` with `wait: 0` asks again while nothing is new (it polls). */
+/**
+ * How often `changes` asks again while nothing is new and its answers come at once: with `wait: 0`
+ * (it polls), or when something answers a long poll without holding it (a proxy, a stopping server).
+ */
 const POLL_PAUSE_MS = 1000
 /** Seconds a `changes` request may run past its `wait` before it counts as lost (a connection that died silently) and is sent again. */
 const LOST_AFTER_S = 15
@@ -318,6 +321,7 @@ export function createClient ({ baseUrl, token, fetch: fetchFunction = globalThi
         signal?.addEventListener('abort', abort)
         let answer: { value: unknown, headers: Headers, status: number } | undefined
         let failed: unknown
+        const sentAt = Date.now()
         try {
           answer = await send('GET', `/plants/changes?${params.toString()}`, undefined, {}, request.signal)
         } catch (error) {
@@ -343,7 +347,8 @@ export function createClient ({ baseUrl, token, fetch: fetchFunction = globalThi
           yield change
         }
         const next = nextAfter(answer.headers.get('link')) ?? after
-        if (wait === 0 && answer.value.length === 0 && next === after) await pause(POLL_PAUSE_MS, signal) // at the head
+        // At the head, answered sooner than a second or the wait asked: not again at once.
+        if (answer.value.length === 0 && next === after && Date.now() - sentAt < Math.max(wait * 1000, POLL_PAUSE_MS)) await pause(POLL_PAUSE_MS, signal)
         after = next
       }
     }

@@ -34,12 +34,13 @@ function follow (t: TestContext, client: PlantstoreClient, query: Omit<ChangesQu
 
 const positions = (changes: Change[]): bigint[] => changes.map(change => change.position)
 
-type Fault = 'pass' | 'network' | 'cut' | { status: number, retryAfter?: string }
+type Fault = 'pass' | 'network' | 'cut' | 'empty' | { status: number, retryAfter?: string }
 
 /**
  * A fetch to `server` that answers the feed's requests with `faults` in turn, then passes them on:
  * 'pass' passes one on, 'network' fails as fetch does when the connection is refused or lost, 'cut' loses the connection
- * midway through the server's real answer, a status answers it (with Retry-After if given).
+ * midway through the server's real answer, 'empty' answers an empty page at once (nothing after
+ * its `after`, as a proxy that does not hold a long poll might), a status answers it (with Retry-After if given).
  * `requests` holds each feed request's `after` and when it was sent.
  */
 function faulty (server: () => Server, faults: Fault[] = []): { fetch: typeof fetch, requests: Array<{ after: string | null, at: number }> } {
@@ -53,6 +54,7 @@ function faulty (server: () => Server, faults: Fault[] = []): { fetch: typeof fe
       const fault = faults.shift()
       if (fault === undefined || fault === 'pass') return await fetch(url, init)
       if (fault === 'network') throw new TypeError('fetch failed')
+      if (fault === 'empty') return new Response('[]', { status: 200, headers: { 'content-type': 'application/json', link: `</plants/changes?after=${new URL(url).searchParams.get('after') ?? 0}>; rel="next"` } })
       if (fault === 'cut') {
         const real = await fetch(url, init)
         const bytes = new Uint8Array(await real.arrayBuffer())
@@ -203,6 +205,18 @@ test('changes() with wait: 0 polls once a second at the head, not in a busy loop
   await client.createPlant({ id: PAST_DOUBLES, name: 'Fern' })
   const next = await first
   assert.deepEqual(next.done === false && next.value.id, PAST_DOUBLES)
+})
+
+test('changes() whose long poll comes back empty at once (not held: a proxy, a stopping server) asks again a second later, not in a busy loop', async (t) => {
+  const server = await startServer(t)
+  const { fetch: fetchFunction, requests } = faulty(() => server, Array.from({ length: 50 }, () => 'empty'))
+  const client = createClient({ baseUrl: server.url, token: server.token, fetch: fetchFunction })
+  const { changes } = follow(t, client, { wait: 30 })
+  const first = changes.next()
+  await delay(1500)
+  assert.ok(requests.length >= 1 && requests.length <= 3, `${requests.length} requests in 1.5 s`)
+  assert.deepEqual(new Set(requests.map(request => request.after)), new Set([null, '0']), 'each from where it stood')
+  first.catch(() => {})
 })
 
 test('changes() ends at once when its signal aborts: mid long poll, mid Retry-After', async (t) => {
