@@ -43,9 +43,9 @@ export function installNodeRefusals (server: Server, refused: ReportRefusal, cor
   })
 
   // Node hands a CONNECT request to a 'connect' listener and, without one, closes the connection unanswered.
-  server.on('connect', (_request: IncomingMessage, socket: Socket) => {
+  server.on('connect', (request: IncomingMessage, socket: Socket) => {
     refused('connectNotServed')
-    answerOnSocket(socket, failures.connectNotServed, { cors })
+    answerOnSocket(socket, failures.connectNotServed, { request, cors })
   })
 }
 
@@ -253,12 +253,11 @@ const LINGER_MS = 2000
  * arrived (its head or body too slow) could otherwise arrive whole behind its answer, and be
  * carried out.
  */
-function answerOnSocket (socket: Socket, failure: { status: number, message: string }, { method, cors }: { method?: string, cors?: Cors }): void {
+function answerOnSocket (socket: Socket, failure: { status: number, message: string }, { request = arrivingRequest(socket as Connection), method, cors }: { request?: IncomingMessage, method?: string, cors?: Cors }): void {
   socket.pause()
   const body = errorBody(failure.status, failure.message)
-  // One whose head was read (its body failed) is answered by what it said: HEAD without the body,
-  // and its Origin's CORS headers. One whose head failed, by the method read from its bytes, if any.
-  const request = arrivingRequest(socket as Connection)
+  // One whose head was read (its body failed; a CONNECT) is answered by what it said: HEAD without
+  // the body, and its Origin's CORS headers. One whose head failed, by the method read from its bytes, if any.
   const head = (request?.method ?? method) === 'HEAD'
   const cross = Object.entries(cors?.headersFor(request?.headers.origin) ?? {}).map(([name, value]) => `${name}: ${value}\r\n`).join('')
   socket.end(`HTTP/1.1 ${failure.status} ${STATUS_CODES[failure.status] ?? ''}\r\nDate: ${new Date().toUTCString()}\r\n${cross}` +

@@ -47,10 +47,15 @@ export function parseRaw (raw: string): { status: number, headers: string, body:
   return { status: Number(head.split(' ')[1]), headers: head.toLowerCase(), body: body === '' ? undefined : JSON.parse(body) }
 }
 
-/** The header fields of the first answer in a raw exchange, values as sent. */
+/** The header fields of the first answer in a raw exchange, values as sent; a field sent twice throws (Headers would join the two). */
 export function rawHeaders (raw: string): Headers {
-  const lines = raw.split('\r\n\r\n')[0].split('\r\n').slice(1)
-  return new Headers(lines.map(line => /^([^:]+):\s*(.*)$/s.exec(line)?.slice(1, 3) as [string, string]))
+  const headers = new Headers()
+  for (const line of raw.split('\r\n\r\n')[0].split('\r\n').slice(1)) {
+    const [, name, value] = /^([^:]+):\s*(.*)$/s.exec(line) ?? []
+    if (headers.has(name)) throw new Error(`${name} sent twice: ${raw}`)
+    headers.set(name, value)
+  }
+  return headers
 }
 
 /** Asserts-friendly check that a raw answer is the Error body with this status, as JSON, with a Content-Length. */

@@ -206,20 +206,29 @@ test('while the store cannot write: requests and store calls in flight show, a 5
 test('a client that half-closes once its request is sent is taken as gone: a read answered after the close counts as 499, and the answer is never written', async (t) => {
   const server = await startServer(t)
   // Tokens never used yet: each request looks its token up in the store, so its answer comes after the client's FIN is read.
-  const tokens = ['a', 'b', 'c'].map(name => cli(server.dir, ['tokens', 'create', '--name', `half-${name}`]).stdout.trim())
+  const tokens = ['a', 'b', 'c', 'd'].map(name => cli(server.dir, ['tokens', 'create', '--name', `half-${name}`]).stdout.trim())
   const paths = ['/plants', '/plants/1', '/plants/changes']
   for (const [i, path] of paths.entries()) {
     const answer = await rawExchange(server, `GET ${path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${tokens[i]}\r\n\r\n`, { endWrite: true, waitMs: 1000 })
     assert.equal(answer.text, '', `${path}: no answer after the half-close`)
   }
+  // A POST that waits for 100 Continue, sends its body, and half-closes while its write waits for a
+  // lock another process holds: the 100 is no answer, and the 200 made after the close is not one either.
+  const { released } = await holdWriteLock(t, server.dbPath, 1000)
+  const body = '{"id": 1, "name": "Fern"}'
+  const post = rawExchange(server, [`POST /plants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${tokens[3]}\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\nExpect: 100-continue\r\n\r\n`, body, ''], { gapMs: 200, endWrite: true, waitMs: 2500 })
+  await released
+  assert.equal((await post).text, 'HTTP/1.1 100 Continue\r\n\r\n', 'the 100, then no answer after the half-close')
+  assert.equal((await call(server, 'GET', '/plants/1')).status, 200, 'the write was made all the same')
   await sleep(100)
   const samples = await scrape(server)
+  assert.deepEqual([requests(samples, 'POST', '/plants', '200'), requests(samples, 'POST', '/plants', '499')], [0, 1], 'the POST counted as 499')
   for (const [route, status] of [['/plants', '200'], ['/plants/{id}', '404'], ['/plants/changes', '200']]) {
     assert.equal(requests(samples, 'GET', route, status), 0, `${route} not counted as answered ${status}`)
     assert.equal(requests(samples, 'GET', route, '499'), 1, `${route} counted as 499`)
   }
   const logged = server.stdout().trim().split('\n').map(line => JSON.parse(line) as { msg: string, route?: string, status?: number }).filter(line => line.msg === 'request' && line.route?.startsWith('/plants') === true)
-  assert.deepEqual(logged.map(line => [line.route, line.status]), [['/plants', 499], ['/plants/{id}', 499], ['/plants/changes', 499]], 'logged as 499 too')
+  assert.deepEqual(logged.map(line => [line.route, line.status]), [['/plants', 499], ['/plants/{id}', 499], ['/plants/changes', 499], ['/plants', 499], ['/plants/{id}', 200]], 'logged as 499 too (and the read of what the POST wrote)')
 })
 
 test('too slow to arrive: a routed request (its body late) counts under its route as the 408 it was answered, not 499; one whose headers are late, as a refusal before routing', { timeout: 10_000 }, async (t) => {
