@@ -128,6 +128,16 @@ if (PG_URL === undefined) {
     process.kill(workers[0], 'SIGKILL')
     await until(5000, 'the primary notices', () => /worker exited unexpectedly/.test(server.stdout()))
     for (let i = 0; i < 10; i++) assert.equal(await getOnNewConnection(server, '/plants'), 200)
+    // Scrapes while the replacement starts: summed from the workers that can answer, at once.
+    let scrapes = 0
+    while (listening(server) < 3) {
+      const started = Date.now()
+      const samples = parseMetrics(await metricsOnNewConnection(server))
+      assert.ok(Date.now() - started < 2000, `a scrape took ${Date.now() - started} ms while a worker started`)
+      assert.ok((sampleValue(samples, 'plantstore_http_requests_total', { method: 'GET', route: '/plants', status: '200' }) ?? 0) >= 10)
+      scrapes++
+    }
+    assert.ok(scrapes > 0, 'scraped while the new worker started')
     await until(20_000, 'a new worker listens', () => listening(server) === 3)
     const replaced = children(primary)
     assert.equal(replaced.length, 2)

@@ -1,7 +1,8 @@
 import assert from 'node:assert/strict'
 import { test } from 'node:test'
-import { Registry } from 'prom-client'
+import { Counter, Registry } from 'prom-client'
 import { StoreUnavailableError, UnstorableTextError } from '../../src/errors.js'
+import { summedInOrder } from '../../src/metrics/cluster.js'
 import { HotHistogram } from '../../src/metrics/histogram.js'
 import { createMetrics } from '../../src/metrics/metrics.js'
 import { instrumentStore } from '../../src/metrics/store.js'
@@ -99,4 +100,21 @@ test('the process metrics are collected once per process, however many apps buil
   assert.equal(second.registry.getSingleMetric('process_cpu_seconds_total'), processMetric, 'one collector, shared')
   assert.notEqual(second.registry.getSingleMetric('plantstore_http_requests_total'), first.registry.getSingleMetric('plantstore_http_requests_total'), 'each app counts its own requests')
   assert.ok(second.registry.getSingleMetric('plantstore_store_operations_in_flight') !== undefined, 'the metrics registered last are merged in too')
+})
+
+test('the workers\' metrics are summed in the order of their ids, whatever order they answered in: a floating-point sum is the same every time', async () => {
+  /** What worker `id` answers: its registry's metrics, a counter at `value`. */
+  const answer = async (id: number, value: number): Promise<[number, Awaited<ReturnType<Registry['getMetricsAsJSON']>>]> => {
+    const registry = new Registry()
+    new Counter({ name: 'test_seconds_total', help: 'Test.', registers: [registry] }).inc(value)
+    return [id, await registry.getMetricsAsJSON()]
+  }
+  const summed = async (answers: Array<[number, number]>): Promise<number | undefined> =>
+    sampleValue(parseMetrics(await summedInOrder(new Map(await Promise.all(answers.map(async ([id, value]) => await answer(id, value)))))), 'test_seconds_total')
+  // 0.1 + 0.2 + 0.3 is 0.6000000000000001; 0.3 + 0.2 + 0.1 is 0.6.
+  const inIdOrder = await summed([[1, 0.1], [2, 0.2], [3, 0.3]])
+  assert.equal(inIdOrder, 0.1 + 0.2 + 0.3)
+  for (const arrival of [[[3, 0.3], [2, 0.2], [1, 0.1]], [[2, 0.2], [3, 0.3], [1, 0.1]]] as Array<Array<[number, number]>>) {
+    assert.equal(await summed(arrival), inIdOrder, JSON.stringify(arrival))
+  }
 })
