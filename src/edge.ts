@@ -3,7 +3,6 @@ import type { Logger } from 'pino'
 import { MAX_PATH } from './contract.js'
 import { ApiError, FRAGMENT_MESSAGE, LONG_PATH_MESSAGE } from './errors.js'
 import { framingUntrusted } from './http-server.js'
-import { onlyContinue } from './node-refusals.js'
 
 /** Headers that mean one thing: given twice, which one counts is a guess (RFC 9110 5.3), so neither does. */
 const SINGLE = new Map([['authorization', 'Authorization'], ['host', 'Host'], ['content-type', 'Content-Type']])
@@ -34,6 +33,12 @@ function decodable (text: string): boolean {
   }
 }
 
+/** True when the expectations listed (Expect headers, joined by Node) are `100-continue`, at least one, without parameters; empty list elements are ignored (RFC 9110 5.6.1). */
+export function onlyContinue (expect: string | undefined): boolean {
+  const members = (expect ?? '').split(',').map(member => member.trim()).filter(member => member !== '')
+  return members.length > 0 && members.every(member => member.toLowerCase() === '100-continue')
+}
+
 /**
  * The refusal of a request whose head fails the checks that come before everything else, auth
  * included, or undefined when it passes: a version other than HTTP/1.x (0.9, 2.0 in text) is 505
@@ -60,11 +65,11 @@ export function edgeRefusal (request: FastifyRequest, log: Logger): ApiError | u
   if (request.url.includes('#')) return new ApiError('badPath', FRAGMENT_MESSAGE)
   // The query parser takes undecodable text literally; a path answers 400 for the same bytes.
   if (query !== -1 && !decodable(request.url.slice(query + 1))) return new ApiError('badQuery')
+  if (framingUntrusted(request.raw)) return new ApiError('transferEncodingOnHttp10')
   // Node reads chunked framing; any other transfer coding (gzip, chunked) would reach the parser
   // still coded (501, RFC 9112 6.1). Without chunked last, the body has no end to find: 400, and
   // the connection closes (RFC 9112 6.3).
   const coding = request.headers['transfer-encoding']?.trim().toLowerCase()
-  if (framingUntrusted(request.raw)) return new ApiError('transferEncodingOnHttp10')
   if (coding !== undefined && coding !== 'chunked') return new ApiError(/(^|[\s,])chunked$/.test(coding) ? 'unsupportedTransferCoding' : 'unframedBody')
   const repeated = repeatedHeader(request)
   if (repeated !== undefined) return new ApiError('repeatedHeader', `The ${repeated} header was sent more than once; send it once.`)

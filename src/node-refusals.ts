@@ -2,11 +2,11 @@
 // large, a request that stops arriving, an Expect refused, a CONNECT. Node would answer these with
 // its own bodies, or not at all; here each is the Error body, written on the connection, which then
 // closes: what follows the failure is not a request.
-import type { IncomingMessage, Server, ServerResponse } from 'node:http'
-import { STATUS_CODES } from 'node:http'
+import { STATUS_CODES, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
 import type { Socket } from 'node:net'
 import { BODY_LIMIT, MAX_PATH } from './contract.js'
 import type { Cors } from './cors.js'
+import { onlyContinue } from './edge.js'
 import { errorBody, failures, LONG_PATH_MESSAGE, type FailureName, type ReportRefusal } from './errors.js'
 import { answerInItsTurn } from './http-server.js'
 
@@ -226,12 +226,6 @@ function afterAnswersUnderWay (socket: Connection, then: () => void): void {
 
 /** The Error body's type, as Fastify writes it for the answers it sends: the same on those sent outside it. */
 const JSON_TYPE = 'application/json; charset=utf-8'
-
-/** True when the expectations listed (Expect headers, joined by Node) are `100-continue`, at least one, without parameters; empty list elements are ignored (RFC 9110 5.6.1). */
-export function onlyContinue (expect: string | undefined): boolean {
-  const members = (expect ?? '').split(',').map(member => member.trim()).filter(member => member !== '')
-  return members.length > 0 && members.every(member => member.toLowerCase() === '100-continue')
-}
 
 /** Answers a request whose body was not read, and closes its connection: what may follow the head is not a request. */
 function answerBeforeBody (response: ServerResponse, failure: { status: number, message: string }, cors: Cors | undefined): void {
