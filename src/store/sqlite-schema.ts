@@ -18,13 +18,17 @@ function versionOf (db: Database.Database): number {
  * What a database holds: plantstore's schema, at its version (0 for none yet: no tables, or a
  * making begun, as migrate creates schema_version first and another process may be making the
  * store right now), or another program's tables. Other tools keep a schema_version table too:
- * plantstore's has these columns.
+ * plantstore's has these columns. One read transaction, one snapshot: read statement by
+ * statement, a file another process was making the store in could show no schema_version
+ * first and then that process's tables, which looks like another program's database.
  */
 function schemaOf (db: Database.Database): number | 'other' {
-  const columns = db.prepare('SELECT name FROM pragma_table_info(\'schema_version\')').pluck().all() as string[]
-  if (['version', 'name', 'applied_at'].every(column => columns.includes(column))) return versionOf(db)
-  const tables = db.prepare("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'").pluck().safeIntegers(false).get() as number
-  return tables > 0 ? 'other' : 0
+  return db.transaction(() => {
+    const columns = db.prepare('SELECT name FROM pragma_table_info(\'schema_version\')').pluck().all() as string[]
+    if (['version', 'name', 'applied_at'].every(column => columns.includes(column))) return versionOf(db)
+    const tables = db.prepare("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'").pluck().safeIntegers(false).get() as number
+    return tables > 0 ? 'other' : 0
+  })()
 }
 
 /**

@@ -5,6 +5,7 @@ import { existsSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { test } from 'node:test'
 import { migrationsOf } from '../../src/store/migrations.js'
+import { refuseOtherDatabase } from '../../src/store/sqlite-schema.js'
 import { SqliteStore } from '../../src/store/sqlite.js'
 import { openWriter } from '../../src/store/sqlite-writes.js'
 import { MAIN, ROOT, tempDir } from '../helpers.js'
@@ -28,6 +29,29 @@ test('six processes migrating one new file at once all succeed, and the schema i
   t.after(() => db.close())
   assert.deepEqual(db.prepare('SELECT version FROM schema_version ORDER BY version').all().map(row => Number((row as { version: bigint }).version)), Array.from({ length: newest }, (_, i) => i + 1))
   assert.equal(db.pragma('journal_mode', { simple: true }), 'wal')
+})
+
+// The six processes above met this once in a suite run: one read the file between another's
+// first table and its next statements, statement by statement, and took the store being made for
+// another program's database. Here a process makes plantstore's schema_version table and drops it
+// again as fast as it can, so that every check of the file falls between the two.
+test('a file whose store another process is making right now is never taken for another program\'s database', async (t) => {
+  const path = join(tempDir(t), 'plantstore.db')
+  const script = `const db = new (require(${JSON.stringify(SQLITE_BINDING)}))(${JSON.stringify(path)}); db.pragma('journal_mode = WAL'); db.pragma('busy_timeout = 5000');
+    process.stdout.write('making\\n'); const until = Date.now() + 1500
+    while (Date.now() < until) { db.exec('CREATE TABLE schema_version (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)'); db.exec('DROP TABLE schema_version') }
+    db.close()`
+  const maker = spawn(process.execPath, ['-e', script], { cwd: ROOT, stdio: ['ignore', 'pipe', 'inherit'] })
+  const exited = new Promise(resolve => maker.once('exit', resolve))
+  await new Promise(resolve => maker.stdout.once('data', resolve))
+  let checks = 0
+  const until = Date.now() + 1000
+  while (Date.now() < until) {
+    refuseOtherDatabase(path) // throws where it takes the file for another program's
+    checks++
+  }
+  await exited
+  assert.ok(checks > 100, `only ${checks} checks ran`)
 })
 
 /** Holds `path` locked (exclusive locking mode) in a process of its own for `ms`; resolves once held. */
