@@ -28,12 +28,11 @@ function entityTags (text: string): Array<{ weak: boolean, opaque: string }> | u
 }
 
 /**
- * The versions an If-Match or If-None-Match header names: '*', or those of its entity-tags that
- * are versions of ours (weak ones only where `weak` comparison applies; any other tag matches no
- * plant). Undefined without the header. A malformed header is refused (400) rather than ignored:
- * a write sent with a condition must not go ahead without it.
+ * An If-Match or If-None-Match header: '*', or its entity-tags; undefined without the header. A
+ * malformed header is refused (400) rather than ignored: a write sent with a condition must not
+ * go ahead without it.
  */
-export function versionsOf (header: string | undefined, name: 'If-Match' | 'If-None-Match', { weak }: { weak: boolean }): Versions | undefined {
+function conditionOf (header: string | undefined, name: 'If-Match' | 'If-None-Match'): '*' | Array<{ weak: boolean, opaque: string }> | undefined {
   if (header === undefined) return undefined
   const text = header.trim()
   if (text === '*') return '*'
@@ -42,7 +41,28 @@ export function versionsOf (header: string | undefined, name: 'If-Match' | 'If-N
   if (tags === undefined || tags.length === 0) {
     throw new ApiError('invalidCondition', `The ${name} header must be "*" or a list of ETags such as "12" in double quotes, not ${JSON.stringify(header.slice(0, 64))}.`)
   }
-  return tags.filter(tag => (!tag.weak || weak) && VERSION.test(tag.opaque)).map(tag => BigInt(tag.opaque))
+  return tags
+}
+
+/**
+ * The versions an If-Match or If-None-Match header names: '*', or those of its entity-tags that
+ * are versions of ours (weak ones only where `weak` comparison applies; any other tag matches no
+ * plant). Undefined without the header; a malformed one is refused (400).
+ */
+export function versionsOf (header: string | undefined, name: 'If-Match' | 'If-None-Match', { weak }: { weak: boolean }): Versions | undefined {
+  const condition = conditionOf(header, name)
+  if (condition === undefined || condition === '*') return condition
+  return condition.filter(tag => (!tag.weak || weak) && VERSION.test(tag.opaque)).map(tag => BigInt(tag.opaque))
+}
+
+/**
+ * True when an If-None-Match header names the entity-tag `opaque` (by weak comparison, RFC 9110
+ * 13.1.2) or is `*`: a GET of a representation the client holds answers 304. A malformed header
+ * is refused (400), as on a plant.
+ */
+export function noneMatchFinds (header: string | undefined, opaque: string): boolean {
+  const condition = conditionOf(header, 'If-None-Match')
+  return condition === '*' || (condition !== undefined && condition.some(tag => tag.opaque === opaque))
 }
 
 /**

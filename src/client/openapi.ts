@@ -149,7 +149,7 @@ export interface paths {
         };
         /**
          * This OpenAPI document
-         * @description The OpenAPI 3.1.0 document of the service: the seed's `POST /plants` as published, plus every extension.
+         * @description The OpenAPI 3.1.0 document of the service: the seed's `POST /plants` as published, plus every extension. Sent gzip-compressed to a client that accepts it (`Accept-Encoding: gzip`), with an ETag and `Cache-Control: no-cache`: a client may keep it and ask with `If-None-Match` whether it is current (`304`).
          */
         get: operations["openapiDocument"];
         put?: never;
@@ -189,7 +189,7 @@ export interface paths {
         };
         /**
          * A file of the interactive API reference
-         * @description A script or style sheet that `GET /docs` loads. Its name carries a hash of its content, so it never changes: it may be cached for a year (`Cache-Control: immutable`). Sent gzip-compressed to a client that accepts it.
+         * @description A script or style sheet that `GET /docs` loads. Its name carries a hash of its content, so it never changes: it may be cached for a year (`Cache-Control: immutable`). Sent gzip-compressed to a client that accepts it (`Accept-Encoding: gzip`), with an ETag (`If-None-Match` naming it: `304`).
          */
         get: operations["apiReferenceFile"];
         put?: never;
@@ -769,12 +769,22 @@ export interface components {
                 "application/json": components["schemas"]["Error"];
             };
         };
+        /** @description The client's copy is current (`If-None-Match` named its ETag): no body. */
+        FileNotModified: {
+            headers: {
+                ETag: components["headers"]["FileETag"];
+                [name: string]: unknown;
+            };
+            content?: never;
+        };
     };
     parameters: {
         /** @description Only if the plant is at one of these versions: ETags as `GET` answers them (`"42"`, a list separated by commas; weak ones never match), or `*` for any existing plant. Otherwise `412`, and nothing changes; a missing plant is `404`, whatever the conditions. Evaluated before `If-None-Match`. A malformed value answers `400`. */
         IfMatch: string;
         /** @description Not if the plant is at one of these versions (weak comparison) or, with `*`, exists: then `GET` answers `304` with the ETag and no body, and `PUT` and `DELETE` answer `412` and change nothing. A malformed value answers `400`. */
         IfNoneMatch: string;
+        /** @description Not if the client's copy is current: a list of ETags (weak comparison) or `*`. When it names the file's ETag, the answer is `304` with no body. A malformed value answers `400`. */
+        IfNoneMatchFile: string;
     };
     requestBodies: never;
     headers: {
@@ -790,6 +800,8 @@ export interface components {
         ChangesPosition: bigint;
         /** @description `<...>; rel="next"`: where to read on; on every JSON page, never on a stream. */
         LinkNext: string;
+        /** @description A hash of the file's content, weak (`W/"…"`): the same for its gzip-compressed and its plain form. Sent back in `If-None-Match`, it makes the answer `304` while the file is unchanged. */
+        FileETag: string;
     };
     pathItems: never;
 }
@@ -1105,7 +1117,10 @@ export interface operations {
     openapiDocument: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Not if the client's copy is current: a list of ETags (weak comparison) or `*`. When it names the file's ETag, the answer is `304` with no body. A malformed value answers `400`. */
+                "If-None-Match"?: components["parameters"]["IfNoneMatchFile"];
+            };
             path?: never;
             cookie?: never;
         };
@@ -1114,12 +1129,14 @@ export interface operations {
             /** @description The document. */
             200: {
                 headers: {
+                    ETag: components["headers"]["FileETag"];
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": Record<string, never>;
                 };
             };
+            304: components["responses"]["FileNotModified"];
             405: components["responses"]["MethodNotAllowed"];
             "4XX": components["responses"]["RequestRejected"];
         };
@@ -1149,7 +1166,10 @@ export interface operations {
     apiReferenceFile: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Not if the client's copy is current: a list of ETags (weak comparison) or `*`. When it names the file's ETag, the answer is `304` with no body. A malformed value answers `400`. */
+                "If-None-Match"?: components["parameters"]["IfNoneMatchFile"];
+            };
             path: {
                 /** @description The file's name, as `GET /docs` links it. */
                 file: string;
@@ -1161,6 +1181,7 @@ export interface operations {
             /** @description The file. */
             200: {
                 headers: {
+                    ETag: components["headers"]["FileETag"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1177,6 +1198,7 @@ export interface operations {
                 };
                 content?: never;
             };
+            304: components["responses"]["FileNotModified"];
             /** @description No file of the reference has this name. */
             404: {
                 headers: {

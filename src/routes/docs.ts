@@ -1,16 +1,11 @@
-import { createHash } from 'node:crypto'
 import { readFileSync } from 'node:fs'
 import { createRequire } from 'node:module'
 import { dirname, join } from 'node:path'
-import { promisify } from 'node:util'
-import { gzip } from 'node:zlib'
 import type { FastifyPluginAsync } from 'fastify'
 import { document, route } from '../contract.js'
 import { ApiError } from '../errors.js'
 import { indentJson } from './indent-json.js'
-
-/** A file the reference page loads, kept in memory; its gzip is made on first demand. */
-interface Asset { type: string, bytes: Buffer, gzipped?: Promise<Buffer> }
+import { StaticFile } from './static-file.js'
 
 // Swagger UI's start, in a file of its own so that the page needs no inline script. The document
 // is the served one (relative to /docs, so a path prefix in front of the service keeps working);
@@ -42,11 +37,12 @@ const JS = 'text/javascript; charset=utf-8'
 const escapeHtml = (text: string): string => text.replace(/[&<>"]/g, c => `&#${c.charCodeAt(0)};`)
 
 /** The page and its files, each under a name that carries a hash of its content, so that it can be cached for good. */
-function build (): { page: string, assets: Map<string, Asset> } {
-  const assets = new Map<string, Asset>()
+function build (): { page: string, assets: Map<string, StaticFile> } {
+  const assets = new Map<string, StaticFile>()
   const add = (file: string, type: string, bytes: Buffer): string => {
-    const name = file.replace(/\.(\w+)$/, `.${createHash('sha256').update(bytes).digest('hex').slice(0, 12)}.$1`)
-    assets.set(name, { type, bytes })
+    const asset = new StaticFile(type, bytes)
+    const name = file.replace(/\.(\w+)$/, `.${asset.hash}.$1`)
+    assets.set(name, asset)
     return name
   }
   const swaggerUi = dirname(createRequire(import.meta.url).resolve('swagger-ui-dist/package.json'))
@@ -78,14 +74,6 @@ let built: ReturnType<typeof build> | undefined
 /** Read and hashed when first asked for, not at every start: 1.9 MB that most servers never send. */
 const reference = (): ReturnType<typeof build> => (built ??= build())
 
-/** True when the Accept-Encoding header takes gzip (and does not refuse it with q=0). */
-function acceptsGzip (header: string | undefined): boolean {
-  return (header ?? '').split(',').some(part => {
-    const [coding, ...params] = part.split(';').map(piece => piece.trim().toLowerCase())
-    return coding === 'gzip' && !params.some(param => /^q=0(\.0*)?$/.test(param))
-  })
-}
-
 /** GET /docs: the served document in Swagger UI, with every file from this service; no token. */
 export const docs: FastifyPluginAsync = async (app) => {
   app.route({
@@ -104,11 +92,7 @@ export const docs: FastifyPluginAsync = async (app) => {
       const asset = reference().assets.get(request.params.file)
       if (asset === undefined) throw new ApiError('fileNotFound')
       // Compressed once, off the event loop, when first asked for: 1.7 MB of script is 0.46 MB gzipped.
-      const gzipped = acceptsGzip(request.headers['accept-encoding']) ? await (asset.gzipped ??= promisify(gzip)(asset.bytes)) : undefined
-      // Added to the Vary: Origin that CORS may have set, not in its place.
-      const vary = reply.getHeader('vary')
-      reply.headers({ 'cache-control': IMMUTABLE, 'x-content-type-options': 'nosniff', vary: vary === undefined ? 'Accept-Encoding' : `${String(vary)}, Accept-Encoding` }).type(asset.type)
-      return gzipped === undefined ? reply.send(asset.bytes) : reply.header('content-encoding', 'gzip').send(gzipped)
+      return await asset.send(request, reply, IMMUTABLE)
     }
   })
 }

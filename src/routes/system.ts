@@ -4,14 +4,16 @@ import { document, route } from '../contract.js'
 import { ApiError } from '../errors.js'
 import { metricsReader } from '../metrics/cluster.js'
 import type { Store } from '../store/store.js'
+import { StaticFile } from './static-file.js'
 
-const documentText = JSON.stringify(document)
+/** The served document: sent as text, so the response schema (any object) never re-serializes it. */
+const documentFile = new StaticFile('application/json', Buffer.from(JSON.stringify(document)))
 
 /** Unauthenticated routes outside the API: the contract, the probes and the metrics. */
 export const system: FastifyPluginAsync<{ store: Store, metrics: Registry }> = async (app, { store, metrics }) => {
   const readMetrics = metricsReader(metrics)
-  // Sent as text, so the response schema (any object) never re-serializes it.
-  app.route({ ...route('openapiDocument'), handler: async (_request, reply) => reply.type('application/json').send(documentText) })
+  // no-cache: a client may keep it, and asks whether it is current (If-None-Match) before using it.
+  app.route({ ...route('openapiDocument'), handler: async (request, reply) => await documentFile.send(request, reply, 'no-cache') })
 
   app.route({ ...route('health'), handler: async () => ({ status: 'ok' }) })
 

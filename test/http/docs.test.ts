@@ -75,3 +75,38 @@ test('/docs/ (the page with a slash, where its relative links would not resolve)
   assert.equal(followed.status, 200)
   assert.match(await followed.text(), /swagger-ui/)
 })
+
+test('GET /openapi.json and the reference\'s files carry an ETag: If-None-Match naming it answers 304 with no body; the document is gzip-compressed for a client that takes it and revalidated before use', async (t) => {
+  const server = await startServer(t)
+  const file = `/${/src="(docs\/[^"]+)"/.exec((await call(server, 'GET', '/docs', { token: null })).text)![1]}`
+  for (const [path, cacheControl] of [['/openapi.json', 'no-cache'], [file, 'public, max-age=31536000, immutable']]) {
+    const plain = await rawGet(server, path, {})
+    assert.equal(plain.status, 200, path)
+    assert.equal(plain.headers['cache-control'], cacheControl, path)
+    const etag = String(plain.headers.etag)
+    assert.match(etag, /^W\/"[0-9a-f]{12}"$/, path)
+    const zipped = await rawGet(server, path, { 'accept-encoding': 'gzip' })
+    assert.equal(zipped.headers['content-encoding'], 'gzip', path)
+    assert.equal(zipped.headers.vary, 'Accept-Encoding', path)
+    assert.equal(zipped.headers.etag, etag, `${path}: the same (weak) ETag for both codings`)
+    assert.ok(gunzipSync(zipped.bytes).equals(plain.bytes), `${path}: gzipped, the same bytes`)
+    for (const condition of [etag, etag.slice(2), `"0123456789ab", ${etag}`, '*']) {
+      for (const method of ['GET', 'HEAD']) {
+        const held = await rawGet(server, path, { 'if-none-match': condition, 'accept-encoding': 'gzip' }, method)
+        assert.equal(held.status, 304, `${method} ${path}, If-None-Match: ${condition}`)
+        assert.equal(held.bytes.length, 0, `${path}: a 304 has no body`)
+        assert.equal(held.headers.etag, etag, `${path}: a 304 names the ETag`)
+        assert.equal(held.headers['cache-control'], cacheControl, `${path}: a 304 repeats the caching`)
+      }
+    }
+    const other = await rawGet(server, path, { 'if-none-match': '"0123456789ab", W/"1"' })
+    assert.equal(other.status, 200, `${path}: another ETag is another file`)
+    assert.ok(other.bytes.equals(plain.bytes))
+    const malformed = await call(server, 'GET', path, { token: null, headers: { 'if-none-match': etag.slice(3) } })
+    assert.ok(isErrorBody(malformed, 400), `${path}, a malformed If-None-Match: ${malformed.status} ${malformed.text}`)
+    assert.equal(malformed.headers.get('etag'), null, `${path}: a refusal names no ETag`)
+  }
+  const document = await rawGet(server, '/openapi.json', {})
+  assert.equal(document.headers['content-type'], 'application/json')
+  assert.equal(JSON.parse(document.bytes.toString()).openapi, '3.1.0')
+})
