@@ -29,17 +29,17 @@ function entityTags (text: string): Array<{ weak: boolean, opaque: string }> | u
 
 /**
  * An If-Match or If-None-Match header: '*', or its entity-tags; undefined without the header. A
- * malformed header is refused (400) rather than ignored: a write sent with a condition must not
- * go ahead without it.
+ * malformed header is refused (400, its message showing `example`) rather than ignored: a write
+ * sent with a condition must not go ahead without it.
  */
-function conditionOf (header: string | undefined, name: 'If-Match' | 'If-None-Match'): '*' | Array<{ weak: boolean, opaque: string }> | undefined {
+function conditionOf (header: string | undefined, name: 'If-Match' | 'If-None-Match', example = '"12"'): '*' | Array<{ weak: boolean, opaque: string }> | undefined {
   if (header === undefined) return undefined
   const text = header.trim()
   if (text === '*') return '*'
   // Empty list elements are allowed (RFC 9110 5.6.1); a list without an entity-tag is not.
   const tags = entityTags(text)
   if (tags === undefined || tags.length === 0) {
-    throw new ApiError('invalidCondition', `The ${name} header must be "*" or a list of ETags such as "12" in double quotes, not ${JSON.stringify(header.slice(0, 64))}.`)
+    throw new ApiError('invalidCondition', `The ${name} header must be "*" or a list of ETags such as ${example} in double quotes, not ${JSON.stringify(header.slice(0, 64))}.`)
   }
   return tags
 }
@@ -60,8 +60,8 @@ export function versionsOf (header: string | undefined, name: 'If-Match' | 'If-N
  * 13.1.2) or is `*`: a GET of a representation the client holds answers 304. A malformed header
  * is refused (400), as on a plant.
  */
-export function noneMatchFinds (header: string | undefined, opaque: string): boolean {
-  const condition = conditionOf(header, 'If-None-Match')
+export function ifNoneMatchNames (header: string | undefined, opaque: string): boolean {
+  const condition = conditionOf(header, 'If-None-Match', `W/"${opaque}"`)
   return condition === '*' || (condition !== undefined && condition.some(tag => tag.opaque === opaque))
 }
 

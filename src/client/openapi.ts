@@ -769,7 +769,7 @@ export interface components {
                 "application/json": components["schemas"]["Error"];
             };
         };
-        /** @description The client's copy is current (`If-None-Match` named its ETag): no body. */
+        /** @description The client's copy is current (`If-None-Match` named the ETag of the coding it takes): no body. `Cache-Control` and `Vary: Accept-Encoding` are those of the file. */
         FileNotModified: {
             headers: {
                 ETag: components["headers"]["FileETag"];
@@ -783,7 +783,7 @@ export interface components {
         IfMatch: string;
         /** @description Not if the plant is at one of these versions (weak comparison) or, with `*`, exists: then `GET` answers `304` with the ETag and no body, and `PUT` and `DELETE` answer `412` and change nothing. A malformed value answers `400`. */
         IfNoneMatch: string;
-        /** @description Not if the client's copy is current: a list of ETags (weak comparison) or `*`. When it names the file's ETag, the answer is `304` with no body. A malformed value answers `400`. */
+        /** @description Not if the client's copy is current: a list of ETags (weak comparison) or `*`. When it names the ETag of the coding the answer would have (plain or gzip), the answer is `304` with no body. A malformed value answers `400`. */
         IfNoneMatchFile: string;
     };
     requestBodies: never;
@@ -800,7 +800,7 @@ export interface components {
         ChangesPosition: bigint;
         /** @description `<...>; rel="next"`: where to read on; on every JSON page, never on a stream. */
         LinkNext: string;
-        /** @description A hash of the file's content, weak (`W/"…"`): the same for its gzip-compressed and its plain form. Sent back in `If-None-Match`, it makes the answer `304` while the file is unchanged. */
+        /** @description A hash of the file's content, weak (`W/"…"`), one for each coding: `W/"<hash>"` for the plain file, `W/"<hash>-gzip"` for its gzip. Sent back in `If-None-Match`, it makes the answer `304` while the file is unchanged. */
         FileETag: string;
     };
     pathItems: never;
@@ -1118,7 +1118,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Not if the client's copy is current: a list of ETags (weak comparison) or `*`. When it names the file's ETag, the answer is `304` with no body. A malformed value answers `400`. */
+                /** @description Not if the client's copy is current: a list of ETags (weak comparison) or `*`. When it names the ETag of the coding the answer would have (plain or gzip), the answer is `304` with no body. A malformed value answers `400`. */
                 "If-None-Match"?: components["parameters"]["IfNoneMatchFile"];
             };
             path?: never;
@@ -1167,7 +1167,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Not if the client's copy is current: a list of ETags (weak comparison) or `*`. When it names the file's ETag, the answer is `304` with no body. A malformed value answers `400`. */
+                /** @description Not if the client's copy is current: a list of ETags (weak comparison) or `*`. When it names the ETag of the coding the answer would have (plain or gzip), the answer is `304` with no body. A malformed value answers `400`. */
                 "If-None-Match"?: components["parameters"]["IfNoneMatchFile"];
             };
             path: {

@@ -40,7 +40,7 @@ const escapeHtml = (text: string): string => text.replace(/[&<>"]/g, c => `&#${c
 function build (): { page: string, assets: Map<string, StaticFile> } {
   const assets = new Map<string, StaticFile>()
   const add = (file: string, type: string, bytes: Buffer): string => {
-    const asset = new StaticFile(type, bytes)
+    const asset = new StaticFile(type, bytes, IMMUTABLE)
     const name = file.replace(/\.(\w+)$/, `.${asset.hash}.$1`)
     assets.set(name, asset)
     return name
@@ -91,8 +91,7 @@ export const docs: FastifyPluginAsync = async (app) => {
       if (request.params.file === '') return reply.redirect('../docs', 301)
       const asset = reference().assets.get(request.params.file)
       if (asset === undefined) throw new ApiError('fileNotFound')
-      // Compressed once, off the event loop, when first asked for: 1.7 MB of script is 0.46 MB gzipped.
-      return await asset.send(request, reply, IMMUTABLE)
+      return await asset.send(request, reply) // 1.7 MB of script is 0.46 MB gzipped
     }
   })
 }

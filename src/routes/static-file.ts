@@ -5,12 +5,12 @@ import { createHash } from 'node:crypto'
 import { promisify } from 'node:util'
 import { gzip } from 'node:zlib'
 import type { FastifyReply, FastifyRequest } from 'fastify'
-import { noneMatchFinds } from '../conditions.js'
+import { ifNoneMatchNames } from '../conditions.js'
 
 const compress = promisify(gzip)
 
 /** True when the Accept-Encoding header takes gzip (and does not refuse it with q=0). */
-export function acceptsGzip (header: string | undefined): boolean {
+function acceptsGzip (header: string | undefined): boolean {
   return (header ?? '').split(',').some(part => {
     const [coding, ...params] = part.split(';').map(piece => piece.trim().toLowerCase())
     return coding === 'gzip' && !params.some(param => /^q=0(\.0*)?$/.test(param))
@@ -22,23 +22,37 @@ export class StaticFile {
   readonly hash: string
   private gzipped?: Promise<Buffer>
 
-  constructor (readonly type: string, readonly bytes: Buffer) {
+  /** `type` is the Content-Type; `cacheControl` the Cache-Control of its answers, 304s included. */
+  constructor (private readonly type: string, private readonly bytes: Buffer, private readonly cacheControl: string) {
     this.hash = createHash('sha256').update(bytes).digest('hex').slice(0, 12)
   }
 
   /**
-   * Answers `request` with the file: 304 and no body when If-None-Match names it, else the bytes,
-   * gzip-compressed where the request takes it. The ETag is weak: both codings carry it, with the
-   * same content (a strong one would have to differ between them, RFC 9110 8.8.3).
+   * Answers `request` with the file, gzip-compressed where the request takes it: 304 and no body
+   * when If-None-Match names the ETag of that coding. Each coding has its own ETag (`W/"hash"`,
+   * `W/"hash-gzip"`), so that a cache revalidating one never takes the other for it.
    */
-  async send (request: FastifyRequest, reply: FastifyReply, cacheControl: string): Promise<FastifyReply> {
-    const held = noneMatchFinds(request.headers['if-none-match'], this.hash) // a malformed header is 400, before any header is set
-    // Added to the Vary: Origin that CORS may have set, not in its place.
+  async send (request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> {
+    const gzip = acceptsGzip(request.headers['accept-encoding'])
+    const tag = gzip ? `${this.hash}-gzip` : this.hash
+    const held = ifNoneMatchNames(request.headers['if-none-match'], tag) // a malformed header is 400
+    const body = held ? undefined : gzip ? await this.gzip() : this.bytes
+    // Set once nothing can fail: an error answer carries none of them. Vary is added to the
+    // Vary: Origin that CORS may have set, not put in its place.
     const vary = reply.getHeader('vary')
-    reply.headers({ 'cache-control': cacheControl, etag: `W/"${this.hash}"`, vary: vary === undefined ? 'Accept-Encoding' : `${String(vary)}, Accept-Encoding` })
-    if (held) return reply.code(304).send()
-    const gzipped = acceptsGzip(request.headers['accept-encoding']) ? await (this.gzipped ??= compress(this.bytes)) : undefined
+    reply.headers({ 'cache-control': this.cacheControl, etag: `W/"${tag}"`, vary: vary === undefined ? 'Accept-Encoding' : `${String(vary)}, Accept-Encoding` })
+    if (body === undefined) return reply.code(304).send()
     reply.headers({ 'x-content-type-options': 'nosniff' }).type(this.type)
-    return gzipped === undefined ? reply.send(this.bytes) : reply.header('content-encoding', 'gzip').send(gzipped)
+    if (gzip) reply.header('content-encoding', 'gzip')
+    return reply.send(body)
+  }
+
+  /** The gzip of the file, made on libuv's thread pool when first asked for; made again after a failure. */
+  private async gzip (): Promise<Buffer> {
+    this.gzipped ??= compress(this.bytes).catch((error: unknown) => {
+      this.gzipped = undefined
+      throw error
+    })
+    return await this.gzipped
   }
 }

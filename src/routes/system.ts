@@ -6,14 +6,16 @@ import { metricsReader } from '../metrics/cluster.js'
 import type { Store } from '../store/store.js'
 import { StaticFile } from './static-file.js'
 
-/** The served document: sent as text, so the response schema (any object) never re-serializes it. */
-const documentFile = new StaticFile('application/json', Buffer.from(JSON.stringify(document)))
+/**
+ * The served document, sent as bytes, so the response schema (any object) never re-serializes it;
+ * no-cache: a client may keep it, and asks whether it is current (If-None-Match) before using it.
+ */
+const documentFile = new StaticFile('application/json; charset=utf-8', Buffer.from(JSON.stringify(document)), 'no-cache')
 
 /** Unauthenticated routes outside the API: the contract, the probes and the metrics. */
 export const system: FastifyPluginAsync<{ store: Store, metrics: Registry }> = async (app, { store, metrics }) => {
   const readMetrics = metricsReader(metrics)
-  // no-cache: a client may keep it, and asks whether it is current (If-None-Match) before using it.
-  app.route({ ...route('openapiDocument'), handler: async (request, reply) => await documentFile.send(request, reply, 'no-cache') })
+  app.route({ ...route('openapiDocument'), handler: async (request, reply) => await documentFile.send(request, reply) })
 
   app.route({ ...route('health'), handler: async () => ({ status: 'ok' }) })
 

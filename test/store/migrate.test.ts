@@ -5,7 +5,7 @@ import { existsSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { test } from 'node:test'
 import { migrationsOf } from '../../src/store/migrations.js'
-import { refuseOtherDatabase } from '../../src/store/sqlite-schema.js'
+import { refuseOtherDatabase, storeAt } from '../../src/store/sqlite-schema.js'
 import { SqliteStore } from '../../src/store/sqlite.js'
 import { openWriter } from '../../src/store/sqlite-writes.js'
 import { MAIN, ROOT, tempDir } from '../helpers.js'
@@ -42,15 +42,16 @@ test('a file whose store another process is making right now is never taken for 
     while (Date.now() < until) { db.exec('CREATE TABLE schema_version (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)'); db.exec('DROP TABLE schema_version') }
     db.close()`
   const maker = spawn(process.execPath, ['-e', script], { cwd: ROOT, stdio: ['ignore', 'pipe', 'inherit'] })
-  const exited = new Promise(resolve => maker.once('exit', resolve))
-  await new Promise(resolve => maker.stdout.once('data', resolve))
+  const exited = new Promise<number | null>(resolve => maker.once('exit', resolve))
+  await Promise.race([new Promise(resolve => maker.stdout.once('data', resolve)), exited.then(code => { throw new Error(`the maker exited (${code}) before it began`) })])
   let checks = 0
   const until = Date.now() + 1000
   while (Date.now() < until) {
     refuseOtherDatabase(path) // throws where it takes the file for another program's
+    assert.equal(storeAt(path), 0, 'and the file is read: no store in it yet') // not a read that failed
     checks++
   }
-  await exited
+  assert.equal(await exited, 0)
   assert.ok(checks > 100, `only ${checks} checks ran`)
 })
 
