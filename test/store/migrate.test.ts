@@ -38,14 +38,14 @@ test('six processes migrating one new file at once all succeed, and the schema i
 test('a file whose store another process is making right now is never taken for another program\'s database', async (t) => {
   const path = join(tempDir(t), 'plantstore.db')
   const script = `const db = new (require(${JSON.stringify(SQLITE_BINDING)}))(${JSON.stringify(path)}); db.pragma('journal_mode = WAL'); db.pragma('busy_timeout = 5000');
-    process.stdout.write('making\\n'); const until = Date.now() + 1500
+    process.stdout.write('making\\n'); const until = Date.now() + 800
     while (Date.now() < until) { db.exec('CREATE TABLE schema_version (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)'); db.exec('DROP TABLE schema_version') }
     db.close()`
   const maker = spawn(process.execPath, ['-e', script], { cwd: ROOT, stdio: ['ignore', 'pipe', 'inherit'] })
   const exited = new Promise<number | null>(resolve => maker.once('exit', resolve))
   await Promise.race([new Promise(resolve => maker.stdout.once('data', resolve)), exited.then(code => { throw new Error(`the maker exited (${code}) before it began`) })])
   let checks = 0
-  const until = Date.now() + 1000
+  const until = Date.now() + 400
   while (Date.now() < until) {
     refuseOtherDatabase(path) // throws where it takes the file for another program's
     assert.equal(storeAt(path), 0, 'and the file is read: no store in it yet') // not a read that failed
