@@ -9,12 +9,20 @@ import { ifNoneMatchNames } from '../conditions.js'
 
 const compress = promisify(gzip)
 
-/** True when the Accept-Encoding header takes gzip (and does not refuse it with q=0). */
+/**
+ * True when the Accept-Encoding header takes gzip (RFC 9110 12.5.3): `gzip` (or its old name
+ * `x-gzip`) with a weight above 0, or, where neither is named, `*` with one.
+ */
 function acceptsGzip (header: string | undefined): boolean {
-  return (header ?? '').split(',').some(part => {
+  let gzip: number | undefined
+  let any: number | undefined
+  for (const part of (header ?? '').split(',')) {
     const [coding, ...params] = part.split(';').map(piece => piece.trim().toLowerCase())
-    return coding === 'gzip' && !params.some(param => /^q=0(\.0*)?$/.test(param))
-  })
+    const weight = Number(params.find(param => param.startsWith('q='))?.slice(2) ?? 1)
+    if (coding === 'gzip' || coding === 'x-gzip') gzip = Math.max(gzip ?? 0, weight)
+    else if (coding === '*') any = Math.max(any ?? 0, weight)
+  }
+  return (gzip ?? any ?? 0) > 0
 }
 
 export class StaticFile {

@@ -38,8 +38,14 @@ test('GET /docs serves the reference page and its files without a token', async 
     assert.equal(zipped.headers['content-encoding'], 'gzip', file)
     assert.equal(zipped.headers.vary, 'Accept-Encoding', file)
     assert.ok(gunzipSync(zipped.bytes).equals(plain.bytes), `${file} gzipped is the same file`)
-    const refused = await rawGet(server, file, { 'accept-encoding': 'gzip;q=0' })
-    assert.ok(refused.bytes.equals(plain.bytes), `${file}: gzip;q=0 is a refusal`)
+    for (const taken of ['x-gzip', '*', 'br, *;q=0.5', 'GZIP;Q=0.1']) {
+      assert.equal((await rawGet(server, file, { 'accept-encoding': taken })).headers['content-encoding'], 'gzip', `${file}: Accept-Encoding: ${taken} takes gzip`)
+    }
+    for (const refusal of ['gzip;q=0', 'gzip; q=0.000, *', '*;q=0', 'br, deflate', 'identity']) {
+      const refused = await rawGet(server, file, { 'accept-encoding': refusal })
+      assert.equal(refused.headers['content-encoding'], undefined, `${file}: Accept-Encoding: ${refusal} does not take gzip`)
+      assert.ok(refused.bytes.equals(plain.bytes), `${file}: Accept-Encoding: ${refusal}, the file as it is`)
+    }
   }
   assert.match((await call(server, 'GET', files.find(file => file.includes('start'))!, { token: null })).text, /url: 'openapi\.json'/, 'the page loads the served document')
 
