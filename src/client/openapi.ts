@@ -769,10 +769,13 @@ export interface components {
                 "application/json": components["schemas"]["Error"];
             };
         };
-        /** @description The client's copy is current (`If-None-Match` named the ETag of the coding it takes): no body. `Cache-Control` and `Vary: Accept-Encoding` are those of the file. */
+        /** @description The client's copy is current (`If-None-Match` named the ETag of the coding it takes): no body, and the headers the file's `200` has but its content's. */
         FileNotModified: {
             headers: {
                 ETag: components["headers"]["FileETag"];
+                /** @description As on the file's `200`. */
+                "Cache-Control"?: string;
+                Vary: components["headers"]["VaryAcceptEncoding"];
                 [name: string]: unknown;
             };
             content?: never;
@@ -802,6 +805,10 @@ export interface components {
         LinkNext: string;
         /** @description A hash of the file's content, weak (`W/"…"`), one for each coding: `W/"<hash>"` for the plain file, `W/"<hash>-gzip"` for its gzip. Sent back in `If-None-Match`, it makes the answer `304` while the file is unchanged. */
         FileETag: string;
+        /** @description `Accept-Encoding` (after `Origin` where CORS is on): the answer depends on whether the client takes gzip. */
+        VaryAcceptEncoding: string;
+        /** @description `gzip` when the client's `Accept-Encoding` takes it (`gzip`, `x-gzip` or `*` with a weight above 0); absent otherwise. */
+        ContentEncodingGzip: "gzip";
     };
     pathItems: never;
 }
@@ -1130,6 +1137,10 @@ export interface operations {
             200: {
                 headers: {
                     ETag: components["headers"]["FileETag"];
+                    /** @description `no-cache`: a client may keep the document and asks whether it is current (`If-None-Match`) before using it. */
+                    "Cache-Control"?: "no-cache";
+                    Vary: components["headers"]["VaryAcceptEncoding"];
+                    "Content-Encoding": components["headers"]["ContentEncodingGzip"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1182,6 +1193,10 @@ export interface operations {
             200: {
                 headers: {
                     ETag: components["headers"]["FileETag"];
+                    /** @description `public, max-age=31536000, immutable`: the name carries a hash of the content. */
+                    "Cache-Control"?: "public, max-age=31536000, immutable";
+                    Vary: components["headers"]["VaryAcceptEncoding"];
+                    "Content-Encoding": components["headers"]["ContentEncodingGzip"];
                     [name: string]: unknown;
                 };
                 content: {
