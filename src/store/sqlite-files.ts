@@ -58,12 +58,18 @@ function refuseNonDatabase (path: string): void {
 function makeDirectory (dir: string): void {
   try {
     mkdirSync(dir, { mode: PRIVATE_DIRECTORY })
+    return
   } catch (error) {
     const code = (error as NodeJS.ErrnoException).code
     if (code === 'EEXIST') return // a file there fails as the database is opened
     const parent = dirname(dir)
-    if (code !== 'ENOENT' || parent === dir || existsSync(parent)) throw error
-    makeDirectory(parent)
-    mkdirSync(dir, { mode: PRIVATE_DIRECTORY }) // once more, now that the parent is there: a failure is thrown
+    if (code !== 'ENOENT' || parent === dir) throw error
+    // The parent is missing, or was until another process made it a moment ago.
+    if (!existsSync(parent)) makeDirectory(parent)
+  }
+  try {
+    mkdirSync(dir, { mode: PRIVATE_DIRECTORY }) // once more, now that the parent is there
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error // EEXIST: another process made it meanwhile
   }
 }

@@ -3,8 +3,9 @@ import { openDatabase } from '../../src/store/sqlite-driver.js'
 import { chmodSync, copyFileSync, existsSync, mkdirSync, statSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { test, type TestContext } from 'node:test'
+import { Worker } from 'node:worker_threads'
 import { SqliteStore } from '../../src/store/sqlite.js'
-import { tempDir } from '../helpers.js'
+import { ROOT, tempDir } from '../helpers.js'
 
 /** The permission bits of `path`, as octal text: '600'. */
 function mode (path: string): string {
@@ -74,4 +75,36 @@ test('a clean close leaves a self-contained .db: a copy of that file alone holds
   await store.close() // twice is harmless
   assert.ok(walIsEmpty(path))
   assert.equal(plantsInCopyOf(t, path), 50)
+})
+
+// Several processes starting at once on a new nested directory met this, rarely (3 in 1,440): one
+// found a level made by another between its two tries, or its parent made by another just after
+// its own try failed, and gave up with EEXIST or ENOENT. Threads released together make it often.
+test('threads making one new nested directory at the same moment all succeed, round after round', async (t) => {
+  withUmask022(t)
+  const base = tempDir(t)
+  const rounds = 300
+  const threads = 4
+  const code = `const { workerData, parentPort } = require('node:worker_threads')
+    const { makePrivate } = require(workerData.module)
+    const released = new Int32Array(workerData.shared)
+    const failures = []
+    for (let round = 0; round < workerData.rounds; round++) {
+      Atomics.add(released, 1, 1)
+      while (Atomics.load(released, 0) <= round) {} // every thread waits here for the same round
+      try { makePrivate(workerData.base + '/' + round + '/a/b/c/plantstore.db') } catch (error) { failures.push(error.message) }
+    }
+    parentPort.postMessage(failures)`
+  const shared = new SharedArrayBuffer(8)
+  const released = new Int32Array(shared)
+  const workerData = { module: join(ROOT, 'dist/store/sqlite-files.js'), shared, base, rounds }
+  const workers = Array.from({ length: threads }, () => new Worker(code, { eval: true, workerData }))
+  t.after(async () => { await Promise.all(workers.map(async worker => await worker.terminate())) })
+  const failures = Promise.all(workers.map(async worker => await new Promise<string[]>((resolve, reject) => worker.once('message', resolve).once('error', reject))))
+  for (let round = 0; round < rounds; round++) {
+    while (Atomics.load(released, 1) < threads * (round + 1)) { /* every thread at the start line */ }
+    Atomics.store(released, 0, round + 1)
+  }
+  assert.deepEqual((await failures).flat(), [])
+  assert.equal(mode(join(base, `${rounds - 1}/a/b/c`)), '700')
 })
