@@ -14,20 +14,27 @@ function versionOf (db: Database.Database): number {
   return row.version ?? 0
 }
 
+/** The name plantstore records for its first migration: what tells its schema_version from another tool's. */
+const FIRST_MIGRATION = migrationsOf('sqlite')[0].name
+
 /**
- * What a database holds: plantstore's schema, at its version (0 for none yet: no tables, or a
- * making begun, as migrate creates schema_version first and another process may be making the
- * store right now), or another program's tables. Other tools keep a schema_version table too:
- * plantstore's has these columns. One read transaction, one snapshot: read statement by
- * statement, a file another process was making the store in could show no schema_version
- * first and then that process's tables, which looks like another program's database.
+ * What a database holds: plantstore's schema, at its version (0 for none yet: no tables or views,
+ * or a making begun, as migrate creates schema_version alone first and another process may be
+ * making the store right now), or another program's. Other tools keep a schema_version table too,
+ * some with the same columns: plantstore's names its first migration as plantstore does, and its
+ * first tables come with that row, in one transaction. One read transaction, one snapshot: read
+ * statement by statement, a file another process was making the store in could show no
+ * schema_version first and then that process's tables, which looks like another program's.
  */
 function schemaOf (db: Database.Database): number | 'other' {
   return db.transaction(() => {
+    const objects = db.prepare("SELECT name FROM sqlite_master WHERE type IN ('table', 'view') AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'").pluck().all() as string[]
+    if (objects.length === 0) return 0
     const columns = db.prepare('SELECT name FROM pragma_table_info(\'schema_version\')').pluck().all() as string[]
-    if (['version', 'name', 'applied_at'].every(column => columns.includes(column))) return versionOf(db)
-    const tables = db.prepare("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'").pluck().safeIntegers(false).get() as number
-    return tables > 0 ? 'other' : 0
+    if (!['version', 'name', 'applied_at'].every(column => columns.includes(column))) return 'other'
+    const first = db.prepare('SELECT name FROM schema_version WHERE version = 1').pluck().get()
+    if (first === undefined) return objects.length === 1 ? 0 : 'other' // schema_version alone: a making begun
+    return first === FIRST_MIGRATION ? versionOf(db) : 'other'
   })()
 }
 

@@ -174,6 +174,34 @@ test('a tokens command that creates a new store says so on stderr with its absol
   assert.equal(again.stderr, NO_TOKENS, 'not announced again')
 })
 
+// A tester's: other tools keep a schema_version with plantstore's very columns; such a file was
+// migrated (tables added, switched to WAL) and then failed. Plantstore's names its first migration.
+test('a SQLite file whose schema_version has plantstore\'s columns but another tool\'s rows, or holds only views, is refused and left as it was', (t) => {
+  const dir = tempDir(t)
+  const schemaVersion = 'CREATE TABLE schema_version (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)'
+  const files = {
+    'rows.db': `${schemaVersion}; INSERT INTO schema_version VALUES (1, 'add_orders', 1700000000), (3, 'add_totals', 1700000001); CREATE TABLE orders (id INTEGER PRIMARY KEY, total REAL)`,
+    'no-rows.db': `${schemaVersion}; CREATE TABLE orders (id INTEGER PRIMARY KEY, total REAL)`,
+    'views.db': 'CREATE VIEW answer AS SELECT 42 AS value'
+  }
+  for (const [name, sql] of Object.entries(files)) {
+    const path = join(dir, name)
+    const db = openDatabase(path)
+    db.exec(sql)
+    db.close()
+    const before = readFileSync(path)
+    const refused = `plantstore: Cannot open the database at ${path}: it holds another program's database (tables, but not plantstore's schema); give plantstore a file of its own.\n`
+    for (const args of [['migrate'], ['tokens', 'create', '--name', 'ci']]) {
+      const result = cli({ databaseUrl: path }, args)
+      assert.deepEqual([result.status, result.stdout, result.stderr], [1, '', refused], `${name}: ${args.join(' ')}`)
+    }
+    const exported = cli({ databaseUrl: path }, ['export'])
+    assert.deepEqual([exported.status, exported.stderr], [1, `plantstore: There is no store at ${path}.\n`], `${name}: export, one line`)
+    assert.ok(readFileSync(path).equals(before), `${name} is unchanged`)
+  }
+  assert.deepEqual(readdirSync(dir).sort(), Object.keys(files).sort())
+})
+
 test('a SQLite file holding another program\'s tables is refused by every command and by serve, and left as it was (bytes, mode, no -wal)', (t) => {
   const dir = tempDir(t)
   const path = join(dir, 'crm.db')
