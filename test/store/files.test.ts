@@ -3,6 +3,7 @@ import { openDatabase } from '../../src/store/sqlite-driver.js'
 import { chmodSync, copyFileSync, existsSync, mkdirSync, statSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { test, type TestContext } from 'node:test'
+import { pathToFileURL } from 'node:url'
 import { Worker } from 'node:worker_threads'
 import { SqliteStore } from '../../src/store/sqlite.js'
 import { ROOT, tempDir } from '../helpers.js'
@@ -86,18 +87,19 @@ test('threads making one new nested directory at the same moment all succeed, ro
   const rounds = 300
   const threads = 4
   const code = `const { workerData, parentPort } = require('node:worker_threads')
-    const { makePrivate } = require(workerData.module)
-    const released = new Int32Array(workerData.shared)
-    const failures = []
-    for (let round = 0; round < workerData.rounds; round++) {
-      Atomics.add(released, 1, 1)
-      while (Atomics.load(released, 0) <= round) {} // every thread waits here for the same round
-      try { makePrivate(workerData.base + '/' + round + '/a/b/c/plantstore.db') } catch (error) { failures.push(error.message) }
-    }
-    parentPort.postMessage(failures)`
+    import(workerData.module).then(({ makePrivate }) => {
+      const released = new Int32Array(workerData.shared)
+      const failures = []
+      for (let round = 0; round < workerData.rounds; round++) {
+        Atomics.add(released, 1, 1)
+        while (Atomics.load(released, 0) <= round) {} // every thread waits here for the same round
+        try { makePrivate(workerData.base + '/' + round + '/a/b/c/plantstore.db') } catch (error) { failures.push(error.message) }
+      }
+      parentPort.postMessage(failures)
+    })`
   const shared = new SharedArrayBuffer(8)
   const released = new Int32Array(shared)
-  const workerData = { module: join(ROOT, 'dist/store/sqlite-files.js'), shared, base, rounds }
+  const workerData = { module: pathToFileURL(join(ROOT, 'dist/store/sqlite-files.js')).href, shared, base, rounds }
   const workers = Array.from({ length: threads }, () => new Worker(code, { eval: true, workerData }))
   t.after(async () => { await Promise.all(workers.map(async worker => await worker.terminate())) })
   const failures = Promise.all(workers.map(async worker => await new Promise<string[]>((resolve, reject) => worker.once('message', resolve).once('error', reject))))
