@@ -7,6 +7,7 @@ import { route } from '../contract.js'
 import { ApiError, unroutedRefusal } from '../errors.js'
 import type { ChangesPage, Store } from '../store/store.js'
 import { linkTo } from './links.js'
+import { varyAlsoOn } from './vary.js'
 
 const LIST_CHANGES = route('listChanges')
 /** One change as the document's `Change` schema writes it: each event of a stream, as the JSON feed's items. */
@@ -58,9 +59,7 @@ export const changes: FastifyPluginAsync<{ store: Store, feed: Feed, stillAllowe
     config: { scope: 'plants:read' },
     handler: async (request, reply) => {
       const { limit, tag, wait } = request.query
-      // JSON or the stream, by Accept: caches must keep the two apart (CORS may have named Origin already).
-      const vary = reply.getHeader('vary')
-      reply.header('vary', vary === undefined ? 'Accept' : `${String(vary)}, Accept`)
+      varyAlsoOn(reply, 'Accept') // JSON or the stream, by Accept: caches must keep the two apart
       if (wantsStream(request.headers.accept)) {
         const after = eventIdOf(request.headers['last-event-id'] as string | undefined) ?? request.query.after
         const first = await pageAfter(store, { after, limit: 100, tag })

@@ -6,6 +6,7 @@ import { promisify } from 'node:util'
 import { gzip } from 'node:zlib'
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import { ifNoneMatchNames } from '../conditions.js'
+import { varyAlsoOn } from './vary.js'
 
 const compress = promisify(gzip)
 
@@ -45,10 +46,9 @@ export class StaticFile {
     const tag = gzip ? `${this.hash}-gzip` : this.hash
     const held = ifNoneMatchNames(request.headers['if-none-match'], tag) // a malformed header is 400
     const body = held ? undefined : gzip ? await this.gzip() : this.bytes
-    // Set once nothing can fail: an error answer carries none of them. Vary is added to the
-    // Vary: Origin that CORS may have set, not put in its place.
-    const vary = reply.getHeader('vary')
-    reply.headers({ 'cache-control': this.cacheControl, etag: `W/"${tag}"`, vary: vary === undefined ? 'Accept-Encoding' : `${String(vary)}, Accept-Encoding` })
+    // Set once nothing can fail: an error answer carries none of them.
+    reply.headers({ 'cache-control': this.cacheControl, etag: `W/"${tag}"` })
+    varyAlsoOn(reply, 'Accept-Encoding')
     if (body === undefined) return reply.code(304).send()
     reply.headers({ 'x-content-type-options': 'nosniff' }).type(this.type)
     if (gzip) reply.header('content-encoding', 'gzip')

@@ -57,19 +57,21 @@ function refuseNonDatabase (path: string): void {
  */
 function makeDirectory (dir: string): void {
   try {
-    mkdirSync(dir, { mode: PRIVATE_DIRECTORY })
-    return
+    madeOrThere(dir)
   } catch (error) {
-    const code = (error as NodeJS.ErrnoException).code
-    if (code === 'EEXIST') return // a file there fails as the database is opened
     const parent = dirname(dir)
-    if (code !== 'ENOENT' || parent === dir) throw error
+    if ((error as NodeJS.ErrnoException).code !== 'ENOENT' || parent === dir) throw error
     // The parent is missing, or was until another process made it a moment ago.
     if (!existsSync(parent)) makeDirectory(parent)
+    madeOrThere(dir) // once more, now that the parent is there: a failure is thrown
   }
+}
+
+/** Makes `dir` 0700; one already there is fine (made by another process meanwhile; a file there fails as the database is opened). */
+function madeOrThere (dir: string): void {
   try {
-    mkdirSync(dir, { mode: PRIVATE_DIRECTORY }) // once more, now that the parent is there
+    mkdirSync(dir, { mode: PRIVATE_DIRECTORY })
   } catch (error) {
-    if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error // EEXIST: another process made it meanwhile
+    if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error
   }
 }

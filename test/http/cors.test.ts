@@ -67,6 +67,10 @@ test('with CORS_ORIGINS, the listed origins get CORS headers on every answer and
       const read = await call(server, 'GET', `/plants/${id}`, { headers })
       assert.equal(read.status, 200)
       assertCors(read, origin, 'GET 200')
+      const feed = await call(server, 'GET', '/plants/changes?limit=1', { headers })
+      assert.equal(feed.status, 200)
+      assertCors(feed, origin, 'the feed')
+      assert.equal(feed.headers.get('vary'), 'Origin, Accept', 'the feed varies by Accept too, after Origin')
       const answers: Array<[Answer, number, string]> = [
         [await call(server, 'GET', `/plants/${id}`, { token: null, headers }), 401, 'no token'],
         [await call(server, 'POST', '/plants', { token: reader, body: { id: 1000 + id, name: 'Moss' }, headers }), 403, 'a token without plants:write'],
@@ -95,8 +99,10 @@ test('with CORS_ORIGINS, the listed origins get CORS headers on every answer and
         assert.equal(answer.status, 200, what)
         assertCors(answer, origin, what)
       }
-      const asset = await call(server, 'GET', `/${file}`, { token: null, headers })
-      assert.match(asset.headers.get('vary') ?? '', /\bAccept-Encoding\b/i)
+      for (const path of ['/openapi.json', `/${file}`]) {
+        const answer = await call(server, 'GET', path, { token: null, headers })
+        assert.equal(answer.headers.get('vary'), 'Origin, Accept-Encoding', `${path} varies by Accept-Encoding too, after Origin`)
+      }
     }
   })
 
