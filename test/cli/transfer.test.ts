@@ -44,6 +44,16 @@ function tryIo (io: () => number): number | undefined {
 }
 
 /** What the non-blocking `reader` gives until its pipe ends (10 s at most), waiting while it is empty. */
+/** The first bytes that arrive on the non-blocking `reader`, waited for up to 10 s. */
+async function firstBytes (reader: number): Promise<Buffer> {
+  const buffer = Buffer.alloc(65536)
+  for (const deadline = Date.now() + 10_000; Date.now() < deadline; await sleep(10)) {
+    const read = tryIo(() => readSync(reader, buffer))
+    if (read !== undefined && read > 0) return Buffer.from(buffer.subarray(0, read))
+  }
+  throw new Error('nothing written within 10 s')
+}
+
 async function readToEnd (reader: number): Promise<Buffer> {
   const chunks: Buffer[] = []
   const buffer = Buffer.alloc(65536)
@@ -619,9 +629,10 @@ test('an export stopped by SIGTERM or SIGINT part way ends with the failure line
     const exited = new Promise<number | null>(resolve => child.once('exit', resolve))
     let stderr = ''
     child.stderr?.setEncoding('utf8').on('data', (chunk: string) => { stderr += chunk })
-    await sleep(1000)
+    // Stopped once it writes (its watch for signals is on by then), however slowly a loaded machine starts it.
+    const first = await firstBytes(reader)
     child.kill(signal)
-    const output = await readToEnd(reader)
+    const output = Buffer.concat([first, await readToEnd(reader)])
     assert.equal(await exited, code, stderr)
     assert.equal(stderr, `plantstore: stopped by ${signal}.\n`)
     const lines = output.toString('utf8').split('\n')
