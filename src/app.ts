@@ -1,11 +1,12 @@
 import { isUtf8 } from 'node:buffer'
 import { randomBytes } from 'node:crypto'
+import fastJsonStringify from 'fast-json-stringify'
 import Fastify, { type FastifyInstance, type onSendHookHandler } from 'fastify'
 import pino, { type Logger } from 'pino'
 import { installAuth } from './auth.js'
 import { Feed } from './changes/feed.js'
 import type { Config } from './config.js'
-import { BODY_LIMIT, validatorCompiler } from './contract.js'
+import { BODY_LIMIT, compiledOnce, validatorCompiler } from './contract.js'
 import { corsFor } from './cors.js'
 import { edgeRefusal } from './edge.js'
 import { ApiError, frameworkErrorHandler, installErrorHandling, refusalReport, unroutedRefusal } from './errors.js'
@@ -106,6 +107,8 @@ export async function buildApp ({ config, store: bareStore, log = pino({ level: 
   })
 
   app.setValidatorCompiler(validatorCompiler)
+  // Fastify's own serializer (the document passes it no shared schemas), once per distinct answer schema.
+  app.setSerializerCompiler(({ schema }) => compiledOnce('answer', schema, () => fastJsonStringify(schema as fastJsonStringify.AnySchema)))
   installErrorHandling(app, log)
   installNodeRefusals(app.server, refused, cors)
 

@@ -118,7 +118,9 @@ const DECIMAL = /^(0|-?[1-9]\d{0,18})$/
 function makeAjv (fromText: boolean): Ajv {
   // `verbose` puts the offending value in each complaint, so that a repeated query parameter
   // (an array) can be told from a malformed one. Bodies are never coerced: "1" is not an id.
-  const ajv = new Ajv({ allErrors: false, strict: false, coerceTypes: false, useDefaults: true, verbose: true })
+  // The schemas are not checked against JSON Schema's meta-schema at each start (a tenth of a
+  // start's CPU): the document's tests and `npm run lint:openapi` check the whole document.
+  const ajv = new Ajv({ allErrors: false, strict: false, coerceTypes: false, useDefaults: true, verbose: true, validateSchema: false })
   ajv.addFormat('int32', { type: 'number', validate: (n: number) => Number.isInteger(n) && n >= -(2 ** 31) && n < 2 ** 31 })
   // Each keyword is compiled once per schema: its bounds become bigints then, not per request.
   const boundsOf = ({ minimum, maximum }: { minimum: string, maximum: string }): [bigint, bigint] => [BigInt(minimum), BigInt(maximum)]
@@ -159,8 +161,18 @@ function makeAjv (fromText: boolean): Ajv {
 const bodyAjv = makeAjv(false)
 const textAjv = makeAjv(true)
 
+/** What was compiled, by kind and schema text: most routes share their query's and path's schemas and their error answers', and HEAD shares GET's. */
+const compiled = new Map<string, unknown>()
+
+/** What `compile` makes of `schema`, made once for each distinct schema of a kind (a validator, a serializer). */
+export function compiledOnce<T> (kind: string, schema: unknown, compile: () => T): T {
+  const key = `${kind} ${JSON.stringify(schema)}`
+  if (!compiled.has(key)) compiled.set(key, compile())
+  return compiled.get(key) as T
+}
+
 /** Fastify's validator compiler: the document's schemas, with int64 kept exact. */
 export function validatorCompiler ({ schema, httpPart }: { schema: SchemaObject, httpPart?: string }): ValidateFunction {
   const fromText = httpPart !== 'body'
-  return (fromText ? textAjv : bodyAjv).compile(integerKeywords(schema, fromText) as SchemaObject)
+  return compiledOnce(fromText ? 'text' : 'body', schema, () => (fromText ? textAjv : bodyAjv).compile(integerKeywords(schema, fromText) as SchemaObject))
 }

@@ -5,7 +5,7 @@ import { startPruning } from './changes/retention.js'
 import { ConfigError, isPostgresUrl, type Config } from './config.js'
 import { logDestination } from './log.js'
 import { openStore } from './store/open.js'
-import { PostgresStore } from './store/postgres.js'
+import type { PostgresStore } from './store/postgres.js'
 import { ALL_SCOPES, type Store } from './store/store.js'
 import { digestOf, discards, generateToken } from './tokens.js'
 import { endStartSignals } from './start-signals.js'
@@ -67,8 +67,8 @@ export async function serve (config: Config): Promise<void> {
   await store.ping()
   // Its last lines go out at exit, whichever way the process ends.
   const log = pino({ level: config.logLevel }, logDestination())
-  if (store instanceof PostgresStore) {
-    store.onSearch = (event) => {
+  if (isPostgresUrl(config.databaseUrl)) {
+    (store as PostgresStore).onSearch = (event) => {
       if ('lost' in event) log.warn({ host: event.lost }, 'database: host lost or no longer taking writes; looking for the one to write to (503 meanwhile)')
       else if ('slow' in event) log.warn({ host: event.slow }, 'database: a statement got no answer in time; looking for the host to write to (served meanwhile)')
       else log.info({ host: event.found, ms: event.ms }, 'database: writing to this host')

@@ -2,7 +2,6 @@ import { resolve } from 'node:path'
 import { ConfigError, ending, isPostgresUrl } from '../config.js'
 import { sqlstateOf } from './postgres-errors.js'
 import { NoStoreError } from './postgres-schema.js'
-import { PostgresStore } from './postgres.js'
 import { describe } from './describe.js'
 import { storeAt } from './sqlite-schema.js'
 import { migrationsOf, tooNew } from './migrations.js'
@@ -23,6 +22,8 @@ export class NoStoreHereError extends ConfigError {}
 export async function openStore (databaseUrl: string, { create = true }: { create?: boolean } = {}): Promise<Store> {
   if (isPostgresUrl(databaseUrl)) {
     try {
+      // Loaded only here: a SQLite service never loads the PostgreSQL client.
+      const { PostgresStore } = await import('./postgres.js')
       return await PostgresStore.open(databaseUrl, {}, { create })
     } catch (error) {
       // The URL may hold a password: the line names the cause, not the URL.

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict'
 import { readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { test } from 'node:test'
-import { cli, ROOT, tempDir } from '../helpers.js'
+import { call, cli, ROOT, startServer, tempDir } from '../helpers.js'
 
 const COMMANDS = [['serve'], ['migrate'], ['tokens'], ['tokens', 'create'], ['tokens', 'list'], ['tokens', 'revoke'], ['backup'], ['export'], ['import']]
 
@@ -29,7 +29,7 @@ test('plantstore --version prints the version in package.json', (t) => {
   assert.deepEqual([extra.status, extra.stdout, extra.stderr], [1, '', 'plantstore: --version: unexpected argument "extra"; see plantstore --help.\n'])
 })
 
-test('commands other than serve start without the HTTP stack: neither Fastify nor prom-client is loaded', (t) => {
+test('commands other than serve start without the HTTP stack: neither Fastify nor prom-client is loaded, nor, on SQLite, the PostgreSQL client', (t) => {
   const dir = tempDir(t)
   assert.equal(cli(dir, ['tokens', 'create', '--name', 'loads']).status, 0)
   const commands = [['--version'], ['--help'], ['migrate'], ['tokens', 'create', '--name', 'other'], ['tokens', 'list'], ['tokens', 'revoke', 'other'],
@@ -41,8 +41,15 @@ test('commands other than serve start without the HTTP stack: neither Fastify no
     // --version and --help load no store either; the rest load the SQLite binding, which the trace names.
     if (!command[0].startsWith('--')) assert.match(result.stderr, /node_modules\/better-sqlite3(-napi)?\//, 'the trace names the modules loaded (the SQLite binding)')
     else assert.doesNotMatch(result.stderr, /node_modules\/(better-sqlite3|pg)\//, command.join(' '))
-    assert.doesNotMatch(result.stderr, /node_modules\/(fastify|prom-client)\//, command.join(' '))
+    assert.doesNotMatch(result.stderr, /node_modules\/(fastify|prom-client|pg)\//, command.join(' '))
   }
+})
+
+test('a server on SQLite does not load the PostgreSQL client', async (t) => {
+  const server = await startServer(t, { env: { NODE_DEBUG: 'module' } })
+  assert.equal((await call(server, 'POST', '/plants', { body: { id: 1, name: 'Fern' } })).status, 200)
+  assert.match(server.stderr(), /node_modules\/fastify\//, 'the trace names the modules loaded (Fastify)')
+  assert.doesNotMatch(server.stderr(), /node_modules\/pg\//)
 })
 
 test('an unknown flag, or one given twice, is one line on stderr, naming it, and exit 1', (t) => {
