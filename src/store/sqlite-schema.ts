@@ -71,9 +71,19 @@ export function storeAt (path: string): number | { unreadable: string } {
   return typeof schema === 'number' ? schema : 0
 }
 
-/** Throws when the file at `path` is another program's SQLite database: a store is made only in a file of its own, and such a file is left as it was. */
-export function refuseOtherDatabase (path: string): void {
-  if (schemaAt(path) === 'other') throw new Error('it holds another program\'s database (tables, but not plantstore\'s schema); give plantstore a file of its own')
+/**
+ * Throws where plantstore must not make or open a store in the file at `path`, before anything of
+ * it changes (its mode included): another program's database (a store is made only in a file of
+ * its own), a newer plantstore's store, or a file SQLite cannot read as a database. Anything else
+ * goes on to the opening: a missing or empty file is a new store; a locked or unreadable one, the
+ * opening says why.
+ */
+export function refuseForeignFile (path: string): void {
+  const schema = schemaAt(path)
+  if (schema === 'other') throw new Error('it holds another program\'s database (tables, but not plantstore\'s schema); give plantstore a file of its own')
+  const newest = migrationsOf('sqlite').at(-1)?.version ?? 0
+  if (typeof schema === 'number' && schema > newest) throw tooNew(schema, newest)
+  if (schema instanceof Error && (schema as { code?: string }).code === 'SQLITE_NOTADB') throw schema
 }
 
 function isFile (path: string): boolean {

@@ -9,7 +9,7 @@ import { makePrivate } from './sqlite-files.js'
 import { LOCK_POLL_MS, WritePipeline } from './sqlite-pipeline.js'
 import { ReadBatches } from './sqlite-reads.js'
 import { BOUNDS_SQL, CHANGES_SQL, LIST_SQL, VERSIONED_PLANT_SQL, rowToChange, rowToPlant, rowToToken, type ChangeRow, type PlantRow, type TokenRow } from './sqlite-rows.js'
-import { checkpoint, configure, migrate, refuseOtherDatabase } from './sqlite-schema.js'
+import { checkpoint, configure, migrate, refuseForeignFile } from './sqlite-schema.js'
 import { exportSqlite, importSqlite } from './sqlite-transfer.js'
 import { WalSync } from './sqlite-wal.js'
 import { sqliteWebhooks, webhookReads } from './sqlite-webhooks.js'
@@ -87,7 +87,7 @@ export class SqliteStore implements Store {
   /** Opens (creating and migrating if needed) the database file at `path`. */
   constructor (private readonly path: string, limits: Partial<StoreLimits> = {}) {
     this.limits = { ...DEFAULT_LIMITS, ...limits }
-    refuseOtherDatabase(path)
+    refuseForeignFile(path)
     makePrivate(path)
     migrate(path)
     this.writer = openWriter(path)

@@ -233,9 +233,13 @@ test('a path that holds something other than a SQLite database fails at start wi
   const text = join(dir, 'notes.txt')
   writeFileSync(text, 'not a database\n', { mode: 0o644 })
   chmodSync(text, 0o644)
+  // SQLite's header, and nothing a database holds after it.
+  const fake = join(dir, 'fake.db')
+  writeFileSync(fake, Buffer.concat([Buffer.from('SQLite format 3\0'), Buffer.alloc(4096)]), { mode: 0o644 })
+  chmodSync(fake, 0o644)
   const fifo = join(dir, 'pipe')
   assert.equal(spawnSync('mkfifo', [fifo]).status, 0)
-  for (const [path, cause] of [[text, 'file is not a database'], [fifo, 'it is not a regular file'], [dir, 'it is not a regular file']]) {
+  for (const [path, cause] of [[text, 'file is not a database'], [fake, 'file is not a database'], [fifo, 'it is not a regular file'], [dir, 'it is not a regular file']]) {
     const before = statSync(path)
     const result = startFails({ PORT: '0', DATABASE_URL: path })
     assert.equal(result.status, 1)
@@ -243,5 +247,5 @@ test('a path that holds something other than a SQLite database fails at start wi
     assert.equal(statSync(path).mode, before.mode, `${path}: mode changed`)
   }
   assert.equal(readFileSync(text, 'utf8'), 'not a database\n')
-  assert.deepEqual(readdirSync(dir).sort(), ['notes.txt', 'pipe'], 'nothing made beside them (no -journal, -wal, -shm)')
+  assert.deepEqual(readdirSync(dir).sort(), ['fake.db', 'notes.txt', 'pipe'], 'nothing made beside them (no -journal, -wal, -shm)')
 })

@@ -1,11 +1,11 @@
 import assert from 'node:assert/strict'
 import { openDatabase, SQLITE_BINDING } from '../../src/store/sqlite-driver.js'
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
-import { existsSync, readFileSync } from 'node:fs'
+import { chmodSync, existsSync, readFileSync, statSync } from 'node:fs'
 import { join } from 'node:path'
 import { test } from 'node:test'
 import { migrationsOf } from '../../src/store/migrations.js'
-import { refuseOtherDatabase, storeAt } from '../../src/store/sqlite-schema.js'
+import { refuseForeignFile, storeAt } from '../../src/store/sqlite-schema.js'
 import { SqliteStore } from '../../src/store/sqlite.js'
 import { openWriter } from '../../src/store/sqlite-writes.js'
 import { MAIN, ROOT, tempDir } from '../helpers.js'
@@ -49,7 +49,7 @@ test('a file whose store another process is making right now is never taken for 
   // Checks for as long as the maker makes (however slow a loaded machine makes both), at most 10 s.
   let checks = 0
   for (const until = Date.now() + 10_000; !existsSync(done) && Date.now() < until; checks++) {
-    refuseOtherDatabase(path) // throws where it takes the file for another program's
+    refuseForeignFile(path) // throws where it takes the file for another program's
     assert.equal(storeAt(path), 0, 'and the file is read: no store in it yet') // not a read that failed
   }
   assert.equal(await exited, 0)
@@ -113,17 +113,19 @@ test('a schema newer than this plantstore knows is refused in one sentence', asy
   assert.match(stderr, /^plantstore: Cannot open the database at .*: The database schema is version 999, newer than this plantstore knows \(\d+\); upgrade plantstore\.\n$/)
 })
 
-test('serve on a store of a newer plantstore (a backup, in rollback-journal mode) refuses it and leaves it byte for byte as it was', async (t) => {
+test('serve on a store of a newer plantstore (a backup, in rollback-journal mode) refuses it and leaves it byte for byte as it was, its mode too', async (t) => {
   const path = join(tempDir(t), 'plantstore.db')
   assert.equal((await migrate(path)).code, 0)
   const db = openDatabase(path)
   db.pragma('journal_mode = DELETE')
   db.prepare("INSERT INTO schema_version (version, name, applied_at) VALUES (999, '999-future.sql', 0)").run()
   db.close()
+  chmodSync(path, 0o644) // as a copy may have it: a start that refuses the file does not tighten it
   const before = readFileSync(path)
   const started = spawnSync(process.execPath, [MAIN, 'serve'], { env: { ...process.env, DATABASE_URL: path, PORT: '0' }, encoding: 'utf8', timeout: 20_000 })
   assert.equal(started.status, 1, started.stderr)
   assert.match(started.stderr, /newer than this plantstore knows/)
   assert.ok(readFileSync(path).equals(before), 'the file is unchanged (its journal mode too)')
+  assert.equal(statSync(path).mode & 0o777, 0o644, 'and its mode')
   assert.equal(existsSync(`${path}-wal`), false)
 })
