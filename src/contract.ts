@@ -164,7 +164,7 @@ const textAjv = makeAjv(true)
 /** What was compiled, by kind and schema text: most routes share their query's and path's schemas and their error answers', and HEAD shares GET's. */
 const compiled = new Map<string, unknown>()
 
-/** What `compile` makes of `schema`, made once for each distinct schema of a kind (a validator, a serializer). */
+/** What `compile` makes of `schema`, made once for each distinct schema of a kind (a validator, a serializer). Schemas are JSON, the document's: their text is their key. */
 export function compiledOnce<T> (kind: string, schema: unknown, compile: () => T): T {
   const key = `${kind} ${JSON.stringify(schema)}`
   if (!compiled.has(key)) compiled.set(key, compile())

@@ -12,6 +12,11 @@ export function migrationsOf (kind: 'sqlite' | 'postgres'): Migration[] {
   }))
 }
 
+/** The version the newest migration of one kind of store brings a database to. */
+export function newestVersion (kind: 'sqlite' | 'postgres'): number {
+  return migrationsOf(kind).at(-1)?.version ?? 0
+}
+
 /** A database from a newer plantstore: `serve` refuses it rather than guess at its schema. */
 export function tooNew (found: number, newest: number): Error {
   return new Error(`The database schema is version ${found}, newer than this plantstore knows (${newest}); upgrade plantstore.`)

@@ -4,7 +4,7 @@ import { sqlstateOf } from './postgres-errors.js'
 import { NoStoreError } from './postgres-schema.js'
 import { describe } from './describe.js'
 import { storeAt } from './sqlite-schema.js'
-import { migrationsOf, tooNew } from './migrations.js'
+import { newestVersion, tooNew } from './migrations.js'
 import { SqliteStore } from './sqlite.js'
 import { exportSqlite } from './sqlite-transfer.js'
 import type { PlantRecord, Store } from './store.js'
@@ -21,9 +21,9 @@ export class NoStoreHereError extends ConfigError {}
  */
 export async function openStore (databaseUrl: string, { create = true }: { create?: boolean } = {}): Promise<Store> {
   if (isPostgresUrl(databaseUrl)) {
+    // Loaded only here, outside the try (a broken install is no database's fault): a SQLite service never loads the PostgreSQL client.
+    const { PostgresStore } = await import('./postgres.js')
     try {
-      // Loaded only here: a SQLite service never loads the PostgreSQL client.
-      const { PostgresStore } = await import('./postgres.js')
       return await PostgresStore.open(databaseUrl, {}, { create })
     } catch (error) {
       // The URL may hold a password: the line names the cause, not the URL.
@@ -50,7 +50,7 @@ function requireSqliteStore (path: string): void {
   const version = storeAt(path)
   if (typeof version !== 'number') throw new ConfigError(version.unreadable)
   if (version === 0) throw new NoStoreHereError(`There is no store at ${resolve(path)}.`)
-  const newest = migrationsOf('sqlite').at(-1)?.version ?? 0
+  const newest = newestVersion('sqlite')
   if (version > newest) throw new ConfigError(`Cannot open the database at ${path}: ${ending(tooNew(version, newest).message)}`)
 }
 

@@ -2,7 +2,7 @@ import { statSync } from 'node:fs'
 import type Database from 'better-sqlite3'
 import { openDatabase } from './sqlite-driver.js'
 import { isBusy } from './sqlite-errors.js'
-import { migrationsOf, tooNew } from './migrations.js'
+import { migrationsOf, newestVersion, tooNew } from './migrations.js'
 import { resolve } from 'node:path'
 import { ending } from '../config.js'
 
@@ -81,7 +81,7 @@ export function storeAt (path: string): number | { unreadable: string } {
 export function refuseForeignFile (path: string): void {
   const schema = schemaAt(path)
   if (schema === 'other') throw new Error('it holds another program\'s database (tables, but not plantstore\'s schema); give plantstore a file of its own')
-  const newest = migrationsOf('sqlite').at(-1)?.version ?? 0
+  const newest = newestVersion('sqlite')
   if (typeof schema === 'number' && schema > newest) throw tooNew(schema, newest)
   if (schema instanceof Error && (schema as { code?: string }).code === 'SQLITE_NOTADB') throw schema
 }

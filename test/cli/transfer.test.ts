@@ -43,17 +43,17 @@ function tryIo (io: () => number): number | undefined {
   }
 }
 
-/** What the non-blocking `reader` gives until its pipe ends (10 s at most), waiting while it is empty. */
-/** The first bytes that arrive on the non-blocking `reader`, waited for up to 10 s. */
-async function firstBytes (reader: number): Promise<Buffer> {
+/** The first bytes that arrive on the non-blocking `reader`, waited for up to 10 s; `why` says what was seen when none came. */
+async function firstBytes (reader: number, why: () => string): Promise<Buffer> {
   const buffer = Buffer.alloc(65536)
   for (const deadline = Date.now() + 10_000; Date.now() < deadline; await sleep(10)) {
     const read = tryIo(() => readSync(reader, buffer))
     if (read !== undefined && read > 0) return Buffer.from(buffer.subarray(0, read))
   }
-  throw new Error('nothing written within 10 s')
+  throw new Error(`nothing written within 10 s: ${why()}`)
 }
 
+/** What the non-blocking `reader` gives until its pipe ends (10 s at most), waiting while it is empty. */
 async function readToEnd (reader: number): Promise<Buffer> {
   const chunks: Buffer[] = []
   const buffer = Buffer.alloc(65536)
@@ -618,7 +618,7 @@ test('an export stopped by SIGTERM or SIGINT part way ends with the failure line
   const path = join(dir, 'plantstore.db')
   numberedStore(path, 20_000)
   for (const [signal, code] of [['SIGTERM', 143], ['SIGINT', 130]] as const) {
-    // Its output is not read until it was stopped: the pipe fills and the export waits part way.
+    // Only its first chunk is read before it is stopped: the pipe fills again and the export waits part way.
     const fifo = join(dir, `out-${signal}`)
     assert.equal(spawnSync('mkfifo', [fifo]).status, 0)
     const reader = openSync(fifo, constants.O_RDONLY | constants.O_NONBLOCK)
@@ -630,7 +630,7 @@ test('an export stopped by SIGTERM or SIGINT part way ends with the failure line
     let stderr = ''
     child.stderr?.setEncoding('utf8').on('data', (chunk: string) => { stderr += chunk })
     // Stopped once it writes (its watch for signals is on by then), however slowly a loaded machine starts it.
-    const first = await firstBytes(reader)
+    const first = await firstBytes(reader, () => stderr)
     child.kill(signal)
     const output = Buffer.concat([first, await readToEnd(reader)])
     assert.equal(await exited, code, stderr)

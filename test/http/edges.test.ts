@@ -13,8 +13,8 @@ async function refusals (server: Server): Promise<Array<Record<string, unknown>>
   return server.stdout().trim().split('\n').filter(line => line !== '').map(line => JSON.parse(line)).filter(line => line.level === 40)
 }
 
-// What happens at the HTTP edge, before a request reaches the store, is the same whichever store
-// is behind it: these run on SQLite alone. Bodies and headers read into the store run on each.
+// What is decided at the HTTP edge, before a handler runs, is the same whichever store is behind
+// it: these run on SQLite alone. Bodies and headers read into the store run on each.
 describe('the HTTP edge (SQLite)', () => {
   const store = 'sqlite'
   test('failures before routing answer the Error body and are logged at warn with their reason, never a header value', async (t) => {
