@@ -29,7 +29,7 @@ test('plantstore --version prints the version in package.json', (t) => {
   assert.deepEqual([extra.status, extra.stdout, extra.stderr], [1, '', 'plantstore: --version: unexpected argument "extra"; see plantstore --help.\n'])
 })
 
-test('commands other than serve start without the HTTP stack: neither Fastify nor prom-client is loaded, nor, on SQLite, the PostgreSQL client', (t) => {
+test('commands other than serve start without the HTTP stack: neither Fastify nor prom-client is loaded, nor, on SQLite, the PostgreSQL client; the token commands, migrate and backup load no Ajv', (t) => {
   const dir = tempDir(t)
   assert.equal(cli(dir, ['tokens', 'create', '--name', 'loads']).status, 0)
   const commands = [['--version'], ['--help'], ['migrate'], ['tokens', 'create', '--name', 'other'], ['tokens', 'list'], ['tokens', 'revoke', 'other'],
@@ -42,6 +42,9 @@ test('commands other than serve start without the HTTP stack: neither Fastify no
     if (!command[0].startsWith('--')) assert.match(result.stderr, /node_modules\/better-sqlite3(-napi)?\//, 'the trace names the modules loaded (the SQLite binding)')
     else assert.doesNotMatch(result.stderr, /node_modules\/(better-sqlite3|pg)\//, command.join(' '))
     assert.doesNotMatch(result.stderr, /node_modules\/(fastify|prom-client|pg)\//, command.join(' '))
+    // The commands that read or write no plant lines (import validates each against NewPlant) load no Ajv either.
+    if (['tokens', 'migrate', 'backup'].includes(command[0])) assert.doesNotMatch(result.stderr, /node_modules\/ajv\//, command.join(' '))
+    if (command[0] === 'import') assert.match(result.stderr, /node_modules\/ajv\//)
   }
 })
 

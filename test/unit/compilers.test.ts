@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict'
 import { test } from 'node:test'
-import { compiledOnce, validatorCompiler } from '../../src/contract.js'
+import { compiledOnce, validatorCompiler } from '../../src/compilers.js'
 
 const path = { type: 'object', properties: { id: { type: 'integer', format: 'int64' } }, required: ['id'], additionalProperties: false }
 
