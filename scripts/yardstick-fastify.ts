@@ -23,7 +23,8 @@ if (root === '' || path === '' || token === '') {
   process.exit(1)
 }
 const load = async (module: string): Promise<any> => await import(pathToFileURL(join(root, module)).href)
-const { route, validatorCompiler, BODY_LIMIT } = await load('dist/contract.js')
+const { route, BODY_LIMIT } = await load('dist/contract.js')
+const { validatorCompiler } = await load('dist/compilers.js')
 const { parseJson } = await load('dist/json.js')
 const { SqliteStore } = await load('dist/store/sqlite.js')
 
