@@ -1,6 +1,6 @@
 import type pg from 'pg'
 import { sqlstateOf } from './postgres-errors.js'
-import { migrationsOf, tooNew } from './migrations.js'
+import { migrationsOf, newestVersion, tooNew } from './migrations.js'
 
 /** The lock rows: `migrate` serialises migrations, `first-token` the first start's token. */
 export const LOCKS = { migrate: 'migrate', firstToken: 'first-token' } as const
@@ -48,7 +48,7 @@ async function versionOf (client: pg.ClientBase): Promise<number> {
  */
 export async function migrate (client: pg.ClientBase): Promise<void> {
   const known = migrationsOf('postgres')
-  const newest = known.at(-1)?.version ?? 0
+  const newest = newestVersion('postgres')
   // Most starts find the schema current: they read its version and take no lock.
   const found = await versionOf(client)
   if (found > newest) throw tooNew(found, newest)

@@ -138,7 +138,7 @@ export function migrate (path: string): void {
   try {
     configure(db)
     const known = migrationsOf('sqlite')
-    const newest = known.at(-1)?.version ?? 0
+    const newest = newestVersion('sqlite')
     // Most starts find the schema current: they read its version and take no write lock, so an
     // operator's open transaction does not hold up a start. A newer store is refused before
     // anything of it changes (its journal mode included).
