@@ -50,7 +50,7 @@ test('plain Node imports plantstore/client from node_modules and keeps the id ex
   assert.equal(stdout, 'bigint 9223372036854775807\n')
 })
 
-test('the package ships what the service and the client load, and no tests or sources', async () => {
+test('the package ships what the service and the client load, and no tests, sources or build state', async () => {
   const { stdout } = await run('npm', ['pack', '--ignore-scripts', '--dry-run', '--json'], { cwd: ROOT, timeout: 60_000 })
   const [{ files }] = JSON.parse(stdout) as Array<{ files: Array<{ path: string }> }>
   const paths = files.map(file => file.path)
@@ -58,6 +58,7 @@ test('the package ships what the service and the client load, and no tests or so
     assert.ok(paths.includes(needed), `${needed} is in the package`)
   }
   assert.deepEqual(paths.filter(path => /^(test|src|scripts)\//.test(path)), [])
+  assert.deepEqual(paths.filter(path => path.includes('tsbuildinfo')), [], 'tsc\'s incremental build info stays home')
 })
 
 test('tsc type-checks a consumer against the published declarations, with node16 and bundler resolution', async (t) => {
