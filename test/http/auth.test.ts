@@ -117,6 +117,14 @@ for (const store of testStores()) {
       assert.ok(isErrorBody(await call(server, 'GET', '/plants/1', { token: writer }), 403))
       assert.ok(isErrorBody(await call(server, 'GET', '/plants', { token: writer }), 403))
       assert.equal((await call(server, 'GET', '/plants/1')).body.name, 'Fern', 'nothing changed')
+      // No --scope: plants:read and plants:write, not admin.
+      const plain = cli(server, ['tokens', 'create', '--name', 'plain']).stdout.trim()
+      assert.match(cli(server, ['tokens', 'list']).stdout, /\tplain\tplants:read,plants:write\tactive/)
+      assert.equal((await call(server, 'PUT', '/plants/1', { body: { name: 'Fern' }, token: plain })).status, 200)
+      assert.equal((await call(server, 'GET', '/plants/1', { token: plain })).status, 200)
+      const admin = await call(server, 'GET', '/webhooks', { token: plain })
+      assert.ok(isErrorBody(admin, 403), 'the default scopes hold no admin')
+      assert.equal(admin.headers.get('www-authenticate'), 'Bearer error="insufficient_scope", scope="admin"')
     })
 
     test('rate limit: past RATE_LIMIT_PER_MINUTE a token gets 429 with Retry-After', async (t) => {

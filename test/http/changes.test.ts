@@ -147,6 +147,16 @@ for (const store of testStores()) {
       })
     })
 
+    test('without limit a page holds 100 changes, and its Link leads to the rest', async (t) => {
+      const server = await startServer(t, { store })
+      for (let id = 1; id <= 101; id++) await write(server, 'POST', '/plants', { id, name: `p${id}` })
+      const first = await call(server, 'GET', '/plants/changes')
+      assert.deepEqual(changesIn(first).map(change => change.position), Array.from({ length: 100 }, (_, i) => String(i + 1)))
+      assert.equal(nextAfter(first), '100')
+      const rest = await call(server, 'GET', '/plants/changes?after=100')
+      assert.deepEqual(changesIn(rest).map(change => change.position), ['101'])
+    })
+
     test('list-then-watch: a change committed during the list is in the list or in the feed after its Changes-Position, never both, never neither', async (t) => {
       const server = await startServer(t, { store })
       let next = 0

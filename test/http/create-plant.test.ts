@@ -86,7 +86,10 @@ for (const store of testStores()) {
           ['name 201 characters', JSON.stringify({ id: 101, name: 'n'.repeat(201) })],
           ['tag null', '{"id": 101, "name": "x", "tag": null}'],
           ['tag a number', '{"id": 101, "name": "x", "tag": 1}'],
-          ['tag 101 characters', JSON.stringify({ id: 101, name: 'x', tag: 't'.repeat(101) })]
+          ['tag 101 characters', JSON.stringify({ id: 101, name: 'x', tag: 't'.repeat(101) })],
+          // Characters are code points, not UTF-16 units: 🌿 is one character, two units.
+          ['name 201 characters beyond the BMP', JSON.stringify({ id: 101, name: '🌿'.repeat(201) })],
+          ['tag 101 characters beyond the BMP', JSON.stringify({ id: 101, name: 'x', tag: '🌿'.repeat(101) })]
         ]
         for (const [why, raw] of invalid) {
           const answer = await call(server, 'POST', '/plants', { raw, headers: { 'content-type': 'application/json' } })
@@ -95,9 +98,12 @@ for (const store of testStores()) {
         assert.deepEqual(await storedPlants(server), before)
       })
 
-      await t.test('the limits themselves are accepted: 200-character name, 100-character tag', async () => {
+      await t.test('the limits themselves are accepted: 200-character name, 100-character tag, counted in code points', async () => {
         const answer = await call(server, 'POST', '/plants', { body: { id: 102, name: 'n'.repeat(200), tag: 't'.repeat(100) } })
         assert.equal(answer.status, 200)
+        const wide = { id: 103, name: '🌿'.repeat(200), tag: '🌿'.repeat(100) }
+        assert.equal((await call(server, 'POST', '/plants', { body: wide })).status, 200)
+        assert.deepEqual((await call(server, 'GET', '/plants/103')).body, wide, 'stored whole')
       })
 
       await t.test('messages name the field and say what is wrong', async () => {

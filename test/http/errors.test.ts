@@ -20,6 +20,11 @@ for (const store of testStores()) {
           const answer = await call(server, 'POST', '/plants', { raw: '{"id": 1, "name": "x"}', headers: { 'content-type': type } })
           assert.ok(isErrorBody(answer, 415), `${type}: ${answer.status} ${answer.text}`)
         }
+        // No Content-Type at all (a body of bytes: fetch then names no type of its own).
+        const untyped = await fetch(`${server.url}/plants`, { method: 'POST', headers: { authorization: `Bearer ${server.token}` }, body: Buffer.from('{"id": 1, "name": "x"}') })
+        const text = await untyped.text()
+        assert.ok(isErrorBody({ status: untyped.status, headers: untyped.headers, text, body: JSON.parse(text) }, 415), `no Content-Type: ${untyped.status} ${text}`)
+        assert.equal((await call(server, 'GET', '/plants/1')).status, 404, 'nothing stored')
         const charset = await call(server, 'POST', '/plants', { raw: '{"id": 2, "name": "x"}', headers: { 'content-type': 'application/json; charset=utf-8' } })
         assert.equal(charset.status, 200)
       })
