@@ -309,7 +309,7 @@ export interface paths {
         };
         /**
          * A subscription's delivery log
-         * @description The subscription's deliveries by id, oldest first, with their attempts; delivered and failed ones are kept 30 days. While more remain, a `Link` header with `rel="next"` points to the next page. Needs `admin`.
+         * @description The subscription's deliveries by id, oldest first, with their attempts; delivered and failed ones are kept 30 days after their last attempt. While more remain, a `Link` header with `rel="next"` points to the next page. Needs `admin`.
          */
         get: operations["listWebhookDeliveries"];
         put?: never;

@@ -88,7 +88,8 @@ export function webhookWrites (db: Database.Database) {
     failed: db.prepare('UPDATE webhooks SET failing_since = coalesce(failing_since, ?) WHERE id = ?'),
     disable: db.prepare('UPDATE webhooks SET disabled_at = $at, disabled_reason = $reason WHERE id = $id AND disabled_at IS NULL AND ($forced OR failing_since <= $at - $limit)'),
     prune: db.prepare(`DELETE FROM webhook_deliveries WHERE id IN (
-      SELECT id FROM webhook_deliveries WHERE status <> 'pending' AND created_at < ? ORDER BY id LIMIT ?)`)
+      SELECT id FROM webhook_deliveries d WHERE status <> 'pending' AND created_at < $before
+        AND NOT EXISTS (SELECT 1 FROM webhook_attempts a WHERE a.delivery_id = d.id AND a.at >= $before) ORDER BY id LIMIT $batch)`)
   }
   /** Makes subscription `id`'s changes in (cursor, end] deliveries due at `now`, and moves its cursor to `end`. */
   const deliverUpTo = (id: bigint | number, cursor: bigint, end: bigint, now: number): number => {
@@ -163,7 +164,7 @@ export function webhookWrites (db: Database.Database) {
     },
     webhookRecord: record,
     webhookResume: (now: number): number => sql.resume.run({ now }).changes,
-    webhookPrune: (before: number, batch: number): number => sql.prune.run(before, batch).changes
+    webhookPrune: (before: number, batch: number): number => sql.prune.run({ before, batch }).changes
   }
 }
 

@@ -133,7 +133,7 @@ export interface WebhookStore {
   outlook (): Promise<Outlook>
   /** Pending deliveries due by `now`, and disabled subscriptions: for the metrics. */
   backlog (now: Date): Promise<{ due: number, disabled: number }>
-  /** Drops delivered and failed deliveries made before `before`, at most `batch`; answers how many. */
+  /** Drops delivered and failed deliveries made, and last attempted, before `before`, at most `batch`; answers how many. */
   prune (before: Date, batch: number): Promise<number>
 }
 
@@ -141,7 +141,7 @@ export interface WebhookStore {
 export const FAILING_LIMIT_MS = 5 * 86_400_000
 export const FAILING_REASON = 'Every delivery failed for five days.'
 
-/** How long the delivery log keeps a delivered or failed delivery (SPEC section 5). */
+/** How long the delivery log keeps a delivered or failed delivery after its last attempt (SPEC section 5). */
 export const DELIVERY_LOG_MS = 30 * 86_400_000
 
 /**

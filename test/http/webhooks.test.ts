@@ -10,6 +10,7 @@ import { startReceiver, type Received } from '../receiver.js'
 import { sqlOnce } from '../stored.js'
 
 const BIG = '9223372036854775807'
+const DAY = 86_400_000
 
 /** The headers Standard Webhooks' verify reads, from a received request. */
 const headersOf = (received: Received): Record<string, string> => Object.fromEntries(Object.entries(received.headers).map(([name, value]) => [name, String(value)]))
@@ -150,8 +151,12 @@ for (const kind of testStores()) {
       const server = await startServer(t, { store: kind, env: { WEBHOOKS_ALLOW_PRIVATE: 'true' } })
       const receiver = await startReceiver(t)
       const { id, secret } = await subscribe(server, { url: receiver.url })
+      const before = Date.now()
       const rotated = await call(server, 'POST', `/webhooks/${id}/rotate-secret`)
+      const after = Date.now()
       assert.equal(rotated.status, 200, rotated.text)
+      const [{ until }] = await sqlOnce(server, kind === 'postgres' ? 'SELECT (extract(epoch FROM previous_until) * 1000)::float8 AS until FROM webhooks' : 'SELECT previous_until AS until FROM webhooks') as Array<{ until: number | bigint }>
+      assert.ok(Number(until) >= before + DAY && Number(until) <= after + DAY, `the replaced secret signs until ${new Date(Number(until)).toISOString()}: 24 hours on`)
       assert.deepEqual(Object.keys(rotated.body), ['secret'])
       assert.notEqual(rotated.body.secret, secret)
       await post(server, '{"id": 1, "name": "Fern"}')
@@ -159,6 +164,36 @@ for (const kind of testStores()) {
       assert.match(String(request.headers['webhook-signature']), /^v1,[A-Za-z0-9+/]+=* v1,[A-Za-z0-9+/]+=*$/)
       new Webhook(rotated.body.secret).verify(request.body, headersOf(request))
       new Webhook(secret).verify(request.body, headersOf(request))
+    })
+
+    test('the delivery log keeps a settled delivery 30 days after its last attempt; the pruning at a start drops it after that', async (t) => {
+      const env = { WEBHOOKS_ALLOW_PRIVATE: 'true' }
+      const first = await startServer(t, { store: kind, env })
+      const receiver = await startReceiver(t)
+      const { id } = await subscribe(first, { url: receiver.url })
+      await post(first, '{"id": 1, "name": "Old"}')
+      await post(first, '{"id": 2, "name": "Recent"}')
+      await receiver.waitFor(2, 5000)
+      for (const deadline = Date.now() + 5000; (await call(first, 'GET', `/webhooks/${id}/deliveries?status=delivered`)).body.length < 2;) {
+        assert.ok(Date.now() < deadline, 'both recorded delivered')
+        await sleep(50)
+      }
+      first.process.kill('SIGTERM')
+      await first.exited
+      // Made and last attempted 31 days ago (position 1) and 29 days ago (position 2).
+      for (const [position, days] of [[1, 31], [2, 29]]) {
+        const ms = Date.now() - days * DAY
+        const time = kind === 'postgres' ? `to_timestamp(${ms} / 1000.0)` : String(ms)
+        await sqlOnce(first, `UPDATE webhook_deliveries SET created_at = ${time} WHERE position = ${position}`)
+        await sqlOnce(first, `UPDATE webhook_attempts SET at = ${time} WHERE delivery_id IN (SELECT id FROM webhook_deliveries WHERE position = ${position})`)
+      }
+      const server = await startServer(t, { databaseUrl: first.databaseUrl, token: first.token, env })
+      let kept: Array<{ position: number }> = []
+      for (const deadline = Date.now() + 5000; Date.now() < deadline; await sleep(50)) {
+        kept = (await call(server, 'GET', `/webhooks/${id}/deliveries`)).body
+        if (kept.length < 2) break
+      }
+      assert.deepEqual(kept.map(delivery => delivery.position), [2], 'the 31-day-old delivery is gone, the 29-day-old one kept')
     })
 
     test('the tag and events filters; the delivery log, retry and replay', async (t) => {

@@ -154,6 +154,25 @@ for (const kind of testStores()) {
     assert.deepEqual(await store.webhooks.deliveries(hook.id, { limit: 10 }), [])
   })
 
+  test(`${kind}: a settled delivery stays in the log until its last attempt, not only its making, is older than the cutoff`, async (t) => {
+    const store = await open(t)
+    const DAY = 86_400_000
+    const hook = await store.webhooks.create({ url: 'https://example.com/', events: ['plant.created'], secret: SECRET }, T0)
+    for (const id of [1n, 2n]) await store.create({ id, name: `p${id}` })
+    await store.webhooks.enqueue(T0, 500)
+    const [first, second] = (await store.webhooks.claim(T0, at(20_000), LIMITS)).sort((a, b) => Number(a.position - b.position))
+    await store.webhooks.record([outcome(first, T0, { delivered: true }), outcome(second, T0, { delivered: true })])
+    // The second is sent again by hand on day 29, and delivered.
+    assert.equal((await store.webhooks.retry(hook.id, second.id, at(29 * DAY)))?.status, 'pending')
+    const [again] = await store.webhooks.claim(at(29 * DAY), at(29 * DAY + 20_000), LIMITS)
+    await store.webhooks.record([outcome(again, at(29 * DAY), { delivered: true })])
+    assert.equal(await store.webhooks.prune(at(DAY), 1000), 1, 'a cutoff after both were made: only the one last attempted before it goes')
+    assert.deepEqual((await store.webhooks.deliveries(hook.id, { limit: 10 })).map(d => [d.id, d.attempts.length]), [[second.id, 2]])
+    assert.equal(await store.webhooks.prune(at(29 * DAY), 1000), 0, 'its last attempt is not before the cutoff')
+    assert.equal(await store.webhooks.prune(at(29 * DAY + 1), 1000), 1)
+    assert.deepEqual(await store.webhooks.deliveries(hook.id, { limit: 10 }), [])
+  })
+
   test(`${kind}: a retry asked for while an attempt is under way stands once it fails, even for good; a delivery it delivered stays delivered`, async (t) => {
     const store = await open(t)
     const hook = await store.webhooks.create({ url: 'https://example.com/', events: ['plant.created'], secret: SECRET }, T0)
