@@ -189,6 +189,27 @@ test('import refuses a store that holds plants, in one line naming --replace; --
   assert.match(run(['tokens', 'list'], path).stdout.toString(), /\tkeeper\t.*\tactive\t/)
 })
 
+test('after an import the feed starts anew: an earlier position answers 410 with the Error body; the imported plants carry the new head as their ETag, and the feed goes on from it', async (t) => {
+  const server = await startServer(t)
+  for (const id of [1, 2]) assert.equal((await call(server, 'POST', '/plants', { body: { id, name: `p${id}` } })).status, 200)
+  server.process.kill('SIGTERM')
+  await server.exited
+  importInto(server.dbPath, '{"id":5,"name":"five"}\n', 1, ['--replace'])
+  const again = await startServer(t, { dir: server.dir, token: server.token })
+  for (const after of [0, 1, 2]) {
+    const gone = await call(again, 'GET', `/plants/changes?after=${after}`)
+    assert.ok(isErrorBody(gone, 410), `after=${after}: ${gone.status} ${gone.text}`)
+  }
+  const list = await call(again, 'GET', '/plants')
+  assert.deepEqual(list.body, [{ id: 5, name: 'five' }])
+  const head = Number(list.headers.get('changes-position'))
+  assert.ok(head > 2, `the log's head moved on past its old head: ${head}`)
+  assert.equal((await call(again, 'GET', '/plants/5')).headers.get('etag'), `"${head}"`)
+  assert.equal((await call(again, 'PUT', '/plants/5', { body: { name: 'five!' } })).status, 200)
+  const next = await call(again, 'GET', `/plants/changes?after=${head}`)
+  assert.deepEqual(next.body.map((change: { position: number, type: string }) => [change.position, change.type]), [[head + 1, 'plant.updated']])
+})
+
 test('import --replace of no plants at all (what an export killed before its first line leaves) deletes nothing: one line, exit 1; into a store without plants it is no change', async (t) => {
   const dir = tempDir(t)
   const path = sqliteStoreWith(dir, [{ id: 1n, name: 'kept' }])
