@@ -12,7 +12,7 @@ export function pruneIntervalMs (retentionMs: number): number {
 
 /**
  * Drops the changes older than `retentionMs` (but never one an enabled webhook subscription has
- * not yet made a delivery of), and the webhook deliveries settled longer ago than the delivery log
+ * not yet made a delivery of, or one a delivery of it still pending needs), and the webhook deliveries settled longer ago than the delivery log
  * keeps them, a batch at a time, now and then every pruneIntervalMs, until stopped. Every
  * instance prunes (PostgreSQL): a batch another already dropped drops nothing. A store out of
  * reach is tried again at the next interval, with one warn line.

@@ -196,6 +196,22 @@ for (const kind of testStores()) {
       assert.deepEqual(kept.map(delivery => delivery.position), [2], 'the 31-day-old delivery is gone, the 29-day-old one kept')
     })
 
+    test('the change log keeps a change past CHANGES_RETENTION while a delivery of it is pending; what no delivery needs goes', async (t) => {
+      const server = await startServer(t, { store: kind, env: { WEBHOOKS_ALLOW_PRIVATE: 'true', CHANGES_RETENTION: '1s' } })
+      const receiver = await startReceiver(t)
+      receiver.answer = (_request, response) => { response.writeHead(500).end() } // retried in 5 s, then 5 min
+      await post(server, '{"id": 1, "name": "Before the subscription"}') // 1: no delivery
+      const { id } = await subscribe(server, { url: receiver.url })
+      await post(server, '{"id": 2, "name": "Delivered late"}') // 2: a delivery, failing
+      await receiver.waitFor(1, 5000)
+      await sleep(2500) // past the retention, and several prunings (every 100 ms)
+      assert.ok(isErrorBody(await call(server, 'GET', '/plants/changes?after=0'), 410), 'change 1 is gone')
+      const kept = await call(server, 'GET', '/plants/changes?after=1')
+      assert.equal(kept.status, 200, kept.text)
+      assert.deepEqual(kept.body.map((change: { position: number }) => change.position), [2])
+      assert.equal((await call(server, 'POST', `/webhooks/${id}/replay`, { body: { after: 1 } })).status, 202, 'a replay from there is served')
+    })
+
     test('the tag and events filters; the delivery log, retry and replay', async (t) => {
       const server = await startServer(t, { store: kind, env: { WEBHOOKS_ALLOW_PRIVATE: 'true' } })
       const receiver = await startReceiver(t)
