@@ -12,10 +12,11 @@ export function pruneIntervalMs (retentionMs: number): number {
 
 /**
  * Drops the changes older than `retentionMs` (but never one an enabled webhook subscription has
- * not yet made a delivery of, or one a delivery of it still pending needs), and the webhook deliveries settled longer ago than the delivery log
- * keeps them, a batch at a time, now and then every pruneIntervalMs, until stopped. Every
- * instance prunes (PostgreSQL): a batch another already dropped drops nothing. A store out of
- * reach is tried again at the next interval, with one warn line.
+ * not yet made a delivery of, nor any from its oldest delivery still pending on), and the webhook
+ * deliveries settled longer ago than the delivery log keeps them, a batch at a time, now and then
+ * every pruneIntervalMs, until stopped. Every instance prunes (PostgreSQL): a batch another
+ * already dropped drops nothing. A store out of reach is tried again at the next interval, with
+ * one warn line.
  */
 export function startPruning ({ store, retentionMs, log }: { store: Store, retentionMs: number, log: Logger }): { stop: () => Promise<void> } {
   let stopped = false

@@ -198,10 +198,6 @@ export async function replayInBatches (after: bigint, end: bigint, deliver: (fro
 }
 
 /**
- * The reason a subscription being deleted is disabled with. To the API it is gone from then on:
- * not shown, enabled, rotated or replayed; nothing is made or sent for it.
- */
-/**
  * The position of the oldest delivery still pending for an enabled subscription (SQL for both
  * stores): the log keeps that change and every later one, as long as a delivery needs them (SPEC
  * section 9). A disabled subscription's pending deliveries hold nothing, as its cursor does not.
@@ -209,6 +205,10 @@ export async function replayInBatches (after: bigint, end: bigint, deliver: (fro
 export const OLDEST_PENDING = `SELECT coalesce(min(d.position), 9223372036854775807) FROM webhook_deliveries d
   JOIN webhooks w ON w.id = d.webhook_id WHERE d.status = 'pending' AND w.disabled_at IS NULL`
 
+/**
+ * The reason a subscription being deleted is disabled with. To the API it is gone from then on:
+ * not shown, enabled, rotated or replayed; nothing is made or sent for it.
+ */
 export const BEING_DELETED = 'Being deleted.'
 /** SQL, on both stores: a subscription row being deleted, and one that is not (the only kind the API sees or acts on). */
 export const IS_BEING_DELETED = `disabled_reason = '${BEING_DELETED}'`
