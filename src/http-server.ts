@@ -78,7 +78,7 @@ export function answerInItsTurn (request: IncomingMessage, answer: () => void): 
  * `stalledMs` is closed (closeStalled).
  */
 export function httpServer (requestTimeoutMs: number, pipelined = { waiting: 0 }, stalledMs = stalledAfterMs(requestTimeoutMs)): FastifyServerFactory {
-  return (handler) => closeStalled(Object.assign(createServer({
+  return (handler) => finishAnswersOnClose(closeStalled(Object.assign(createServer({
     requestTimeout: requestTimeoutMs,
     headersTimeout: requestTimeoutMs,
     keepAliveTimeout: KEEP_ALIVE_TIMEOUT_MS,
@@ -127,7 +127,7 @@ export function httpServer (requestTimeoutMs: number, pipelined = { waiting: 0 }
     // and the checks would not see them (a second Authorization, an Expect). The size limit
     // (16 KiB, then 431) bounds them.
     maxHeadersCount: 0
-  }), stalledMs)
+  }), stalledMs))
 }
 
 /**
@@ -142,6 +142,41 @@ export function framingUntrusted (request: IncomingMessage): boolean {
 /** True once the connection is closed, or closing after an answer that ends it: nothing more is answered on it. */
 function closing (connection: Socket): boolean {
   return connection.destroyed || connection.writableEnded
+}
+
+/** The answer a connection is writing, as Node keeps it on the socket. */
+type Answering = Socket & { _httpMessage?: ServerResponse | null }
+
+/**
+ * Node's closeIdleConnections (which the server's close calls, and the shutdown every 100 ms),
+ * except that a connection whose answer has been ended but not yet written out (a long answer to
+ * a client that reads slowly, or one pipelined behind it) is left to finish: Node takes such a
+ * connection for idle, as its answer is `finished` once ended, and would destroy it with the
+ * answer's last bytes unsent. Once written (its 'finish'), the next call closes it; the shutdown's
+ * deadline closes it anyway.
+ */
+function finishAnswersOnClose<S extends Server> (server: S): S {
+  const connections = new Set<Answering>()
+  server.on('connection', (socket: Answering) => {
+    connections.add(socket)
+    socket.once('close', () => connections.delete(socket))
+  })
+  const closeIdle = server.closeIdleConnections.bind(server)
+  server.closeIdleConnections = () => {
+    const writing: ServerResponse[] = []
+    for (const socket of connections) {
+      const answer = socket._httpMessage
+      if (answer != null && answer.writableEnded && !answer.writableFinished) writing.push(answer)
+    }
+    // Node skips a connection whose answer is not `finished`: for this call, these are not.
+    for (const answer of writing) answer.finished = false
+    try {
+      closeIdle()
+    } finally {
+      for (const answer of writing) answer.finished = true
+    }
+  }
+  return server
 }
 
 /** A connection's handle: libuv's counts of the bytes it has read and been handed to write, and of those still queued for the kernel (which Node's own socket timeout reads too). */
