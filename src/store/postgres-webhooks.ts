@@ -213,7 +213,8 @@ export function postgresWebhooks (read: <T>(work: (query: Query) => Promise<T>) 
       return rows[0]
     }),
     prune: (before, batch) => transaction(async (query) =>
-      (await query(`DELETE FROM webhook_deliveries WHERE id IN (
+      // The status again outside: a row retried meanwhile is re-checked by the outer condition only.
+      (await query(`DELETE FROM webhook_deliveries WHERE status <> 'pending' AND id IN (
         SELECT id FROM webhook_deliveries d WHERE status <> 'pending' AND created_at < $1
           AND NOT EXISTS (SELECT 1 FROM webhook_attempts a WHERE a.delivery_id = d.id AND a.at >= $1) ORDER BY id LIMIT $2)`, [before, batch])).rowCount ?? 0)
   }

@@ -261,6 +261,24 @@ for (const kind of testStores()) {
     assert.deepEqual(positions(await store.webhooks.claim(at(2), at(20_000), LIMITS)), [3n, 5n], 'the change before the disable, and the one replayed; no other made while it was disabled')
   })
 
+  test(`${kind}: a pending delivery whose change the log no longer holds (an old one retried) holds nothing back`, async (t) => {
+    const store = await openTestStore(t, kind)
+    const hook = await store.webhooks.create({ url: 'https://example.com/', events: ['plant.created'], secret: SECRET }, T0)
+    const future = new Date(Date.now() + 86_400_000)
+    await store.create({ id: 1n, name: 'p1' })
+    await store.webhooks.enqueue(T0, 500)
+    const [first] = await store.webhooks.claim(T0, at(20_000), LIMITS)
+    await store.webhooks.record([outcome(first, T0, { delivered: true })])
+    assert.equal(await store.pruneChanges(future, 1000), 1, 'delivered: its change goes')
+    assert.equal((await store.webhooks.retry(hook.id, first.id, at(10)))?.status, 'pending', 'sent again by hand, its change gone')
+    await store.create({ id: 2n, name: 'p2' })
+    await store.webhooks.enqueue(at(10), 500)
+    const claimed = await store.webhooks.claim(at(10), at(20_000), LIMITS)
+    assert.deepEqual(positions(claimed), [1n, 2n])
+    await store.webhooks.record(claimed.filter(d => d.position === 2n).map(d => outcome(d, at(11), { delivered: true })))
+    assert.equal(await store.pruneChanges(future, 1000), 1, 'change 2 goes: the retried delivery at 1, below the log, holds nothing')
+  })
+
   test(`${kind}: five days of failures disable a subscription, and the changes logged until then are made its deliveries`, async (t) => {
     const store = await openTestStore(t, kind)
     const hook = await store.webhooks.create({ url: 'https://example.com/', events: ['plant.created'], secret: SECRET }, T0)
