@@ -78,7 +78,7 @@ export function answerInItsTurn (request: IncomingMessage, answer: () => void): 
  * `stalledMs` is closed (closeStalled).
  */
 export function httpServer (requestTimeoutMs: number, pipelined = { waiting: 0 }, stalledMs = stalledAfterMs(requestTimeoutMs)): FastifyServerFactory {
-  return (handler) => finishAnswersOnClose(closeStalled(Object.assign(createServer({
+  return (handler) => withConnections(Object.assign(createServer({
     requestTimeout: requestTimeoutMs,
     headersTimeout: requestTimeoutMs,
     keepAliveTimeout: KEEP_ALIVE_TIMEOUT_MS,
@@ -127,7 +127,17 @@ export function httpServer (requestTimeoutMs: number, pipelined = { waiting: 0 }
     // and the checks would not see them (a second Authorization, an Expect). The size limit
     // (16 KiB, then 431) bounds them.
     maxHeadersCount: 0
-  }), stalledMs))
+  }), (server, connections) => finishAnswersOnClose(closeStalled(server, connections, stalledMs), connections))
+}
+
+/** Hands `server` and the set of its open connections, kept as they open and close, to `use`. */
+function withConnections<S extends Server, T> (server: S, use: (server: S, connections: ReadonlySet<Socket>) => T): T {
+  const connections = new Set<Socket>()
+  server.on('connection', (socket: Socket) => {
+    connections.add(socket)
+    socket.once('close', () => connections.delete(socket))
+  })
+  return use(server, connections)
 }
 
 /**
@@ -155,18 +165,13 @@ type Answering = Socket & { _httpMessage?: ServerResponse | null }
  * answer's last bytes unsent. Once written (its 'finish'), the next call closes it; the shutdown's
  * deadline closes it anyway.
  */
-function finishAnswersOnClose<S extends Server> (server: S): S {
-  const connections = new Set<Answering>()
-  server.on('connection', (socket: Answering) => {
-    connections.add(socket)
-    socket.once('close', () => connections.delete(socket))
-  })
+function finishAnswersOnClose<S extends Server> (server: S, connections: ReadonlySet<Answering>): S {
   const closeIdle = server.closeIdleConnections.bind(server)
   server.closeIdleConnections = () => {
     const writing: ServerResponse[] = []
     for (const socket of connections) {
       const answer = socket._httpMessage
-      if (answer != null && answer.writableEnded && !answer.writableFinished) writing.push(answer)
+      if (answer != null && answer.writableEnded && !answer.writableFinished && settable(answer)) writing.push(answer)
     }
     // Node skips a connection whose answer is not `finished`: for this call, these are not.
     for (const answer of writing) answer.finished = false
@@ -177,6 +182,11 @@ function finishAnswersOnClose<S extends Server> (server: S): S {
     }
   }
   return server
+}
+
+/** True where `finished` is a plain property, as on Node 20 to 24: were it a getter, Node's own close goes on as it is. */
+function settable (answer: ServerResponse): boolean {
+  return Object.getOwnPropertyDescriptor(answer, 'finished')?.writable === true
 }
 
 /** A connection's handle: libuv's counts of the bytes it has read and been handed to write, and of those still queued for the kernel (which Node's own socket timeout reads too). */
@@ -191,16 +201,14 @@ type Watched = Socket & { _handle?: { bytesRead: number, bytesWritten: number, w
  * as `stalledMs` holds: never before `stalledMs`, at most one look after it. Bytes moved: those read,
  * and those written that the kernel has taken (libuv takes a large write a piece at a time).
  */
-function closeStalled<S extends Server> (server: S, stalledMs: number): S {
+function closeStalled<S extends Server> (server: S, connections: ReadonlySet<Watched>, stalledMs: number): S {
   const looks = Math.ceil(stalledMs / STALL_CHECK_MS)
   // `still` counts the looks that found nothing moved since the one that did (or since it connected: from -1, as that came between looks).
-  const watched = new Map<Watched, { moved: number, still: number }>()
-  server.on('connection', (socket: Watched) => {
-    watched.set(socket, { moved: 0, still: -1 })
-    socket.once('close', () => watched.delete(socket))
-  })
+  const watched = new WeakMap<Watched, { moved: number, still: number }>()
   const look = (): void => {
-    for (const [socket, last] of watched) {
+    for (const socket of connections) {
+      let last = watched.get(socket)
+      if (last === undefined) watched.set(socket, last = { moved: 0, still: -1 })
       const handle = socket._handle
       if (handle == null) continue // closing already
       // Read, and taken by the kernel: what libuv was handed to write less what it still holds.

@@ -128,12 +128,18 @@ test('SIGTERM while answers are still being written to a client that reads slowe
   const socket = connect(Number(port), hostname)
   t.after(() => { socket.destroy() })
   await once(socket, 'connect')
-  // Four answers of 1.7 MB each (no gzip asked for), pipelined, none read yet: more than the
-  // kernel's buffers hold, so that the server still has some of them to write when it is stopped.
+  // Three answers of 1.7 MB each (no gzip asked for), pipelined, none read yet: more than the
+  // kernel's buffers hold, so that the server is still writing one when it is stopped.
   socket.pause()
-  socket.write(`GET /docs/${file} HTTP/1.1\r\nHost: x\r\n\r\n`.repeat(4))
-  await sleep(500)
+  socket.write(`GET /docs/${file} HTTP/1.1\r\nHost: x\r\n\r\n`.repeat(3))
+  // Once the kernel's buffers are full, the server writes no more: the answer under way is stuck.
+  const written = (): number => (server.stdout().match(/"route":"\/docs\/\{file\}"/g) ?? []).length
+  for (let seen = -1, deadline = Date.now() + 10_000; written() === 0 || written() !== seen; await sleep(300)) {
+    assert.ok(Date.now() < deadline, 'the answers written settle')
+    seen = written()
+  }
   server.process.kill('SIGTERM')
+  await sleep(300) // the server closes, and looks for idle connections, while its answer is stuck
   const chunks: Buffer[] = []
   socket.on('data', (chunk: Buffer) => chunks.push(chunk))
   socket.resume()
@@ -141,7 +147,8 @@ test('SIGTERM while answers are still being written to a client that reads slowe
   const { answers, rest } = answersIn(Buffer.concat(chunks))
   assert.ok(answers.every(answer => answer.status === '200' && answer.whole) && rest === 0,
     `every answer is whole: ${JSON.stringify(answers)}, ${rest} bytes left over`)
-  assert.equal(answers.length, 4, 'the requests read before the signal are all answered')
+  // The answer being written at the signal and the one next in line, at least (read before it).
+  assert.ok(answers.length >= 2, `${answers.length} answers`)
   assert.equal(await server.exited, 0)
 })
 
