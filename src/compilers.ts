@@ -2,8 +2,7 @@
 // cache that compiles each distinct schema once (the serializers' too, in app.ts). Apart from
 // contract.ts so that the commands that validate nothing do not load Ajv.
 import { Ajv, type SchemaObject, type ValidateFunction } from 'ajv'
-
-type Schema = Record<string, unknown>
+import type { Schema } from './contract.js'
 
 const INT64_MIN = -(2n ** 63n)
 const INT64_MAX = 2n ** 63n - 1n

@@ -3,7 +3,7 @@ import { readFileSync } from 'node:fs'
 /** The OpenAPI document, the one source of truth for routes, validation and serialization. */
 export const document = JSON.parse(readFileSync(new URL('../openapi/plantstore.json', import.meta.url), 'utf8'))
 
-type Schema = Record<string, unknown>
+export type Schema = Record<string, unknown>
 const METHODS = ['get', 'put', 'post', 'delete', 'patch'] as const
 
 /** A copy of `schema` with every local `$ref` replaced by what it points to. */

@@ -78,7 +78,7 @@ export function answerInItsTurn (request: IncomingMessage, answer: () => void): 
  * `stalledMs` is closed (closeStalled).
  */
 export function httpServer (requestTimeoutMs: number, pipelined = { waiting: 0 }, stalledMs = stalledAfterMs(requestTimeoutMs)): FastifyServerFactory {
-  return (handler) => withConnections(Object.assign(createServer({
+  return (handler) => tendConnections(Object.assign(createServer({
     requestTimeout: requestTimeoutMs,
     headersTimeout: requestTimeoutMs,
     keepAliveTimeout: KEEP_ALIVE_TIMEOUT_MS,
@@ -127,17 +127,17 @@ export function httpServer (requestTimeoutMs: number, pipelined = { waiting: 0 }
     // and the checks would not see them (a second Authorization, an Expect). The size limit
     // (16 KiB, then 431) bounds them.
     maxHeadersCount: 0
-  }), (server, connections) => finishAnswersOnClose(closeStalled(server, connections, stalledMs), connections))
+  }), stalledMs)
 }
 
-/** Hands `server` and the set of its open connections, kept as they open and close, to `use`. */
-function withConnections<S extends Server, T> (server: S, use: (server: S, connections: ReadonlySet<Socket>) => T): T {
+/** Keeps `server`'s open connections, closes those that stall, and lets those still writing an answer finish when it closes. */
+function tendConnections<S extends Server> (server: S, stalledMs: number): S {
   const connections = new Set<Socket>()
   server.on('connection', (socket: Socket) => {
     connections.add(socket)
     socket.once('close', () => connections.delete(socket))
   })
-  return use(server, connections)
+  return finishAnswersOnClose(closeStalled(server, connections, stalledMs), connections)
 }
 
 /**

@@ -8,7 +8,7 @@
 import type pg from 'pg'
 import { commit } from './postgres-commit.js'
 import { rowToPlant } from './postgres-rows.js'
-import { OLDEST_PENDING } from './webhooks.js'
+import { DONE_WITH_BY_WEBHOOKS } from './webhooks.js'
 import { isSamePlant, pageOf, readFrom, refusalOf, scanEnd, CHANGES_SCAN, type Change, type ChangesPage, type ChangeType, type Conditions, type Created, type LogBounds, type Plant, type PlantRecord, type VersionedPlant } from './store.js'
 
 /** The head and the floor (positions at or below it are gone), in one snapshot. */
@@ -32,12 +32,9 @@ FROM bounds LEFT JOIN LATERAL (
 /**
  * Drops the oldest changes made before $1, at most $2: the leading run of the oldest $2 that are
  * older, so that only a prefix of the log is ever dropped, whatever the instances' clocks said;
- * and only those every enabled webhook subscription has made deliveries of (its cursor) and
- * that no delivery still pending needs.
+ * and only those webhooks no longer need.
  */
-const PRUNE_SQL = `WITH oldest AS (SELECT position, at FROM changes
-    WHERE position <= (SELECT coalesce(min(cursor), 9223372036854775807) FROM webhooks WHERE disabled_at IS NULL)
-      AND position < (${OLDEST_PENDING}) ORDER BY position LIMIT $2),
+const PRUNE_SQL = `WITH oldest AS (SELECT position, at FROM changes WHERE ${DONE_WITH_BY_WEBHOOKS} ORDER BY position LIMIT $2),
   kept AS (SELECT min(position) AS position FROM oldest WHERE at >= $1)
 DELETE FROM changes WHERE position IN (SELECT position FROM oldest WHERE position < coalesce((SELECT position FROM kept), 9223372036854775807))`
 

@@ -9,7 +9,7 @@ import { configure } from './sqlite-schema.js'
 import { VERSIONED_PLANT_SQL, rowToPlant, rowToToken, type PlantRow, type TokenRow } from './sqlite-rows.js'
 import { webhookWrites } from './sqlite-webhooks.js'
 import { isSamePlant, refusalOf, type ChangeType, type Conditions, type Created, type NewToken, type VersionedPlant } from './store.js'
-import { OLDEST_PENDING } from './webhooks.js'
+import { DONE_WITH_BY_WEBHOOKS } from './webhooks.js'
 
 /** A write's name: one of the operations below. */
 export type Operation = keyof ReturnType<typeof operationsOf>
@@ -99,12 +99,9 @@ function prepare (db: Database.Database) {
   return {
     plants: plantWrites(db),
     webhooks: webhookWrites(db),
-    // The leading run of the oldest `batch` changes made before `before`, already made deliveries
-    // for every enabled webhook subscription, and older than any such delivery still pending: only
-    // a prefix of the log is ever dropped.
-    prune: db.prepare(`WITH oldest AS (SELECT position, at FROM changes
-        WHERE position <= (SELECT coalesce(min(cursor), 9223372036854775807) FROM webhooks WHERE disabled_at IS NULL)
-          AND position < (${OLDEST_PENDING}) ORDER BY position LIMIT ?)
+    // The leading run of the oldest `batch` changes made before `before` that webhooks no longer
+    // need: only a prefix of the log is ever dropped.
+    prune: db.prepare(`WITH oldest AS (SELECT position, at FROM changes WHERE ${DONE_WITH_BY_WEBHOOKS} ORDER BY position LIMIT ?)
       DELETE FROM changes WHERE position IN (SELECT position FROM oldest WHERE position < coalesce((SELECT min(position) FROM oldest WHERE at >= ?), 9223372036854775807))`),
     insertToken: db.prepare('INSERT INTO tokens (name, digest, scopes, created_at, expires_at) VALUES (?, ?, ?, ?, ?) RETURNING *').safeIntegers(false),
     insertFirstToken: db.prepare('INSERT INTO tokens (name, digest, scopes, created_at, expires_at) SELECT ?, ?, ?, ?, ? WHERE NOT EXISTS (SELECT 1 FROM tokens) RETURNING *').safeIntegers(false),

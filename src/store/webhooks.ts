@@ -198,16 +198,18 @@ export async function replayInBatches (after: bigint, end: bigint, deliver: (fro
 }
 
 /**
- * The position of the oldest delivery still pending for an enabled subscription, among the
- * changes the log still holds (SQL for both stores): the log keeps that change and every later
- * one, as long as a delivery needs them (SPEC section 9). A disabled subscription's pending
- * deliveries hold nothing, as its cursor does not; nor does one whose change is gone already (an
- * old delivery retried): holding the changes after it would not bring its own back. One seek per
- * subscription (the index webhook_deliveries_pending), however long a backlog.
+ * SQL for both stores, true of a change's `position` that webhooks no longer need, so that
+ * retention may drop it (SPEC section 9: "as long as a webhook delivery still needs them"): every
+ * enabled subscription has made its deliveries (its cursor is at or past it), and it is older than
+ * the oldest delivery still pending for one, among the changes the log still holds. A disabled
+ * subscription holds nothing; nor does a pending delivery whose change is gone already (an old one
+ * retried): holding the changes after it would not bring its own back. One seek per subscription
+ * (the index webhook_deliveries_pending), however long a backlog.
  */
-export const OLDEST_PENDING = `SELECT coalesce(min((SELECT min(d.position) FROM webhook_deliveries d
+export const DONE_WITH_BY_WEBHOOKS = `position <= (SELECT coalesce(min(cursor), 9223372036854775807) FROM webhooks WHERE disabled_at IS NULL)
+  AND position < (SELECT coalesce(min((SELECT min(d.position) FROM webhook_deliveries d
     WHERE d.webhook_id = w.id AND d.status = 'pending' AND d.position >= (SELECT coalesce(min(position), 0) FROM changes))), 9223372036854775807)
-  FROM webhooks w WHERE w.disabled_at IS NULL`
+  FROM webhooks w WHERE w.disabled_at IS NULL)`
 
 /**
  * The reason a subscription being deleted is disabled with. To the API it is gone from then on:
