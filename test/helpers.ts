@@ -1,6 +1,6 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
 import { mkdtempSync, rmSync } from 'node:fs'
-import { connect } from 'node:net'
+import { connect, createServer } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { test, type TestContext } from 'node:test'
@@ -20,6 +20,18 @@ export function tempDir (t: TestContext): string {
 
 /** The token line of the first-start banner on stderr; its group is the token. */
 export const BANNER_TOKEN = /^ {3}(pst_\S+)$/m
+
+/** A loopback port nothing listens on now. */
+export async function freePort (): Promise<number> {
+  return await new Promise((resolve, reject) => {
+    const server = createServer()
+    server.once('error', reject)
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as { port: number }
+      server.close(() => resolve(port))
+    })
+  })
+}
 
 /** True while something accepts connections on the port. */
 export function accepting (port: number): Promise<boolean> {

@@ -3,12 +3,12 @@
 // removed after the test. As root, every PostgreSQL command runs as the postgres user.
 import { execFile, spawnSync } from 'node:child_process'
 import { appendFileSync, chownSync, existsSync, mkdtempSync, rmSync } from 'node:fs'
-import { createServer } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import type { TestContext } from 'node:test'
 import { promisify } from 'node:util'
 import pg from 'pg'
+import { freePort } from './helpers.js'
 
 const BIN = process.env.PG_BIN ?? '/usr/lib/postgresql/15/bin'
 
@@ -33,17 +33,6 @@ function run (command: string, args: string[]): void {
 async function runAsync (command: string, args: string[]): Promise<void> {
   await promisify(execFile)(...commandLine(command, args), { timeout: 60_000 }).catch((error: Error & { stderr?: string }) => {
     throw new Error(`${command} ${args.join(' ')} failed: ${error.stderr ?? error.message}`)
-  })
-}
-
-export async function freePort (): Promise<number> {
-  return await new Promise((resolve, reject) => {
-    const server = createServer()
-    server.once('error', reject)
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as { port: number }
-      server.close(() => resolve(port))
-    })
   })
 }
 

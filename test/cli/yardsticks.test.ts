@@ -1,20 +1,9 @@
 import assert from 'node:assert/strict'
 import { spawn } from 'node:child_process'
-import { once } from 'node:events'
-import { createServer } from 'node:net'
 import { join } from 'node:path'
 import { test } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { accepting, ROOT, tempDir } from '../helpers.js'
-
-async function freePort (): Promise<number> {
-  const server = createServer().listen(0, '127.0.0.1')
-  await once(server, 'listening')
-  const { port } = server.address() as { port: number }
-  server.close()
-  await once(server, 'close')
-  return port
-}
+import { accepting, freePort, ROOT, tempDir } from '../helpers.js'
 
 // `npm run bench` measures the service against these, and they import the built service: a module
 // they take from it, moved or renamed, would otherwise show only when someone benches.

@@ -7,7 +7,7 @@ import { createServer } from 'node:net'
 import { join } from 'node:path'
 import { test } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { accepting, alive, BANNER_TOKEN, call, cli, MAIN, parseMetrics, sampleValue, startServer, tempDir, type Server } from '../helpers.js'
+import { accepting, alive, BANNER_TOKEN, freePort, call, cli, MAIN, parseMetrics, sampleValue, startServer, tempDir, type Server } from '../helpers.js'
 import { rawExchange } from '../raw.js'
 import { PG_SKIP, PG_URL, pgSchema } from '../store/postgres-helpers.js'
 
@@ -15,15 +15,6 @@ import { PG_SKIP, PG_URL, pgSchema } from '../store/postgres-helpers.js'
 function children (pid: number): number[] {
   const out = spawnSync('ps', ['--ppid', String(pid), '-o', 'pid='], { encoding: 'utf8' }).stdout
   return out.split('\n').filter(line => line.trim() !== '').map(Number)
-}
-
-/** A port nothing listens on now. */
-async function freePort (): Promise<number> {
-  const server = createServer()
-  await new Promise<void>(resolve => server.listen(0, '127.0.0.1', resolve))
-  const { port } = server.address() as { port: number }
-  await new Promise(resolve => server.close(resolve))
-  return port
 }
 
 /** A GET on a connection of its own, closed after the answer (no keep-alive): its status. */

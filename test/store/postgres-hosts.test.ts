@@ -4,7 +4,7 @@ import assert from 'node:assert/strict'
 import { test } from 'node:test'
 import { isHostLost, isUnavailable } from '../../src/store/postgres-errors.js'
 import { PostgresStore } from '../../src/store/postgres.js'
-import { freePort } from '../pg-cluster.js'
+import { freePort } from '../helpers.js'
 import { PG_SKIP, PG_URL, pgSchema } from './postgres-helpers.js'
 
 const skip = PG_URL === undefined ? PG_SKIP : false
