@@ -7,7 +7,7 @@ import type { Feed } from './feed.js'
 
 /** A comment line at least this often, so that proxies and load balancers keep an idle stream open (SPEC: at least every 15 s). */
 export const HEARTBEAT_MS = 10_000
-/** How often a stream asks whether its token still holds: a revoked one stops receiving within this plus the token cache's second. */
+/** How often a stream asks whether its token still holds, whatever it is doing: a revoked one stops receiving within this plus the token cache's second. */
 export const RECHECK_MS = 2000
 /** How long a reader may leave a full socket buffer unread before its stream is closed: it resumes with Last-Event-ID. */
 export const STALL_MS = 10_000
@@ -70,13 +70,20 @@ export async function streamChanges ({ request, reply, store, feed, stillAllowed
   res.once('close', () => { left = true })
   const started = performance.now()
   let sent = 0
-  let why = 'client left'
+  /** Why the stream ended: the first cause found. */
+  let why: string | undefined
+  // A reader far behind waits on its socket, not on the log, for seconds at a time: the token is
+  // asked on a timer of its own. Once it no longer holds, the connection is reset, so that what the
+  // socket's buffers hold is not delivered either; the reader's reconnection gets the 401.
+  const stopAsking = askAgainAndAgain(async () => await stillAllowed(request, 'plants:read'), () => {
+    why ??= 'token no longer valid'
+    res.socket?.resetAndDestroy()
+  })
   try {
     let page = first
     let lastId = given ?? first.from
     let lastWrite = performance.now()
     let lastBeat = performance.now()
-    let lastCheck = performance.now()
     /** True when the filter has passed over changes up to `next` since the last event or bookmark. */
     const owed = (next: bigint): boolean => tag !== undefined && next !== lastId
     /**
@@ -101,7 +108,7 @@ export async function streamChanges ({ request, reply, store, feed, stillAllowed
     const send = async (text: string): Promise<boolean> => {
       if (text === '') return true
       if (!await writeWhenRoom(res, text, feed)) {
-        why = left ? why : feed.closing ? 'server stopping' : 'reader stalled'
+        why ??= left ? 'client left' : feed.closing ? 'server stopping' : 'reader stalled'
         return false
       }
       lastWrite = performance.now()
@@ -115,35 +122,54 @@ export async function streamChanges ({ request, reply, store, feed, stillAllowed
       if (page.changes.length > 0) lastId = page.changes[page.changes.length - 1].position
       if (!await send(events + extras(page.next, performance.now()))) return
       sent += page.changes.length
-      // Caught up: wait for the head to move, the bookmark still owed, a heartbeat, or the token's next check.
+      // Caught up: wait for the head to move, the bookmark still owed, or a heartbeat.
       while (!feed.past(page.next)) {
         if (left) return
-        if (feed.closing) { why = 'server stopping'; return }
-        const now = performance.now()
-        if (now - lastCheck >= RECHECK_MS) {
-          lastCheck = now
-          if (!await stillAllowed(request, 'plants:read').catch(() => true)) { why = 'token no longer valid'; return }
-        }
+        if (feed.closing) { why ??= 'server stopping'; return }
         if (!await send(extras(page.next, performance.now()))) return
         const later = performance.now()
         const bookmarkDue = owed(page.next) ? BOOKMARK_MS - (later - lastWrite) : Infinity
-        const wait = Math.min(HEARTBEAT_MS - (later - lastBeat), bookmarkDue, RECHECK_MS - (later - lastCheck))
+        const wait = Math.min(HEARTBEAT_MS - (later - lastBeat), bookmarkDue)
         await untilClosed(res, feed.beyond(page.next, Math.max(1, wait)))
       }
       if (left) return
       const next = await store.changes({ after: page.next, limit: STREAM_PAGE, tag })
-      if (next === 'gone') { why = 'position dropped from the log'; return }
+      if (next === 'gone') { why ??= 'position dropped from the log'; return }
       page = next
     }
   } catch (error) {
-    why = `store unavailable: ${(error as Error).message}`
+    why ??= `store unavailable: ${(error as Error).message}`
   } finally {
+    stopAsking()
     // What the reader has not read yet it will read again from Last-Event-ID: a stream whose buffer
     // is full is dropped, not ended, so that it does not hold its connection (and a stop) any longer.
     if (res.writableNeedDrain) res.destroy()
     else if (!res.destroyed) res.end()
     // Its request's own line (the same reqId) says the method, route and status: this one does not, so that it is not counted twice.
-    log.info({ reqId: request.id, durationMs: Math.round(performance.now() - started), changes: sent, ended: why }, 'change stream ended')
+    log.info({ reqId: request.id, durationMs: Math.round(performance.now() - started), changes: sent, ended: why ?? 'client left' }, 'change stream ended')
+  }
+}
+
+/**
+ * Asks `holds` every RECHECK_MS, one question at a time, until it answers false (then calls
+ * `gone`) or the returned function is called. A question that fails (the store cannot tell) is
+ * taken for yes: an outage does not end streams.
+ */
+function askAgainAndAgain (holds: () => Promise<boolean>, gone: () => void): () => void {
+  let stopped = false
+  let timer: NodeJS.Timeout | undefined
+  const ask = (): void => {
+    timer = setTimeout(async () => {
+      const yes = await holds().catch(() => true)
+      if (stopped) return
+      if (yes) ask()
+      else gone()
+    }, RECHECK_MS)
+  }
+  ask()
+  return () => {
+    stopped = true
+    clearTimeout(timer)
   }
 }
 

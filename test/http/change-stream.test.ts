@@ -215,6 +215,42 @@ describe('stream bounds (SQLite)', { concurrency: 2 }, () => {
     assert.equal(stream.events.filter(isChange).length, 1)
   })
 
+  test('a token revoked while its stream is reading a backlog stops receiving within 5 s: the connection is cut, its buffers\' changes undelivered', { timeout: 90_000 }, async (t) => {
+    const server = await startServer(t)
+    const name = 'n'.repeat(200)
+    const tag = 't'.repeat(100)
+    const total = 10_000
+    let next = 1
+    await Promise.all(Array.from({ length: 16 }, async () => {
+      for (let id = next++; id <= total; id = next++) await post(server, id, name, tag)
+    }))
+    const reader = cli(server, ['tokens', 'create', '--name', 'behind', '--scope', 'plants:read']).stdout.trim()
+    // A reader far behind that reads 4 KiB every 20 ms (200 KiB a second): the backlog (about
+    // 4.5 MB) would take it over 20 s, and the sockets' buffers alone hold seconds of it.
+    const socket = connect(Number(new URL(server.url).port), '127.0.0.1')
+    t.after(() => socket.destroy())
+    socket.on('error', () => {}) // the reset
+    const closed = new Promise(resolve => socket.once('close', resolve))
+    socket.write(`GET /plants/changes?after=0 HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\nAuthorization: Bearer ${reader}\r\n\r\n`)
+    socket.pause()
+    let received = ''
+    const pace = setInterval(() => {
+      const chunk = socket.read(Math.min(4096, socket.readableLength)) as Buffer | null
+      if (chunk !== null) received += chunk.toString('latin1')
+    }, 20)
+    t.after(() => clearInterval(pace))
+    await sleep(1000)
+    assert.equal(cli(server, ['tokens', 'revoke', 'behind']).status, 0)
+    const revoked = performance.now()
+    await Promise.race([closed, sleep(5000)])
+    const took = performance.now() - revoked
+    assert.ok(socket.destroyed, `the connection was cut within 5 s of the revocation (${took.toFixed(0)} ms)`)
+    const ended = /"changes":(\d+),"ended":"token no longer valid"/.exec(server.stdout())
+    assert.ok(ended !== null, 'the server logged why the stream ended')
+    const delivered = received.match(/\nevent: plant\.created\n/g)?.length ?? 0
+    assert.ok(delivered <= Number(ended[1]) && Number(ended[1]) < total, `${delivered} changes delivered, ${ended[1]} sent of ${total}`)
+  })
+
   test('a token that expires while its stream is open stops receiving within 5 s of its expiry', async (t) => {
     const server = await startServer(t)
     const made = Date.now()
