@@ -782,7 +782,7 @@ export interface components {
         };
     };
     parameters: {
-        /** @description Only if the plant is at one of these versions: ETags as `GET` answers them (`"42"`, a list separated by commas; weak ones never match), or `*` for any existing plant. Otherwise `412`, and nothing changes; a missing plant is `404`, whatever the conditions. Evaluated before `If-None-Match`. A malformed value answers `400`. */
+        /** @description Only if the plant is at one of these versions: ETags as `GET` answers them (`"42"`, a list separated by commas; weak ones never match), or `*` for any existing plant. Otherwise `412`, and nothing changes; a missing plant is `404`, whatever the conditions. Evaluated before `If-None-Match`, and after the request's own checks (token, scope, id, body), as RFC 9110 13.2.1 orders them: a request wrong in itself answers its `4xx` whatever the conditions. A malformed value answers `400`. */
         IfMatch: string;
         /** @description Not if the plant is at one of these versions (weak comparison) or, with `*`, exists: then `GET` answers `304` with the ETag and no body, and `PUT` and `DELETE` answer `412` and change nothing. A malformed value answers `400`. */
         IfNoneMatch: string;
@@ -929,7 +929,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Only if the plant is at one of these versions: ETags as `GET` answers them (`"42"`, a list separated by commas; weak ones never match), or `*` for any existing plant. Otherwise `412`, and nothing changes; a missing plant is `404`, whatever the conditions. Evaluated before `If-None-Match`. A malformed value answers `400`. */
+                /** @description Only if the plant is at one of these versions: ETags as `GET` answers them (`"42"`, a list separated by commas; weak ones never match), or `*` for any existing plant. Otherwise `412`, and nothing changes; a missing plant is `404`, whatever the conditions. Evaluated before `If-None-Match`, and after the request's own checks (token, scope, id, body), as RFC 9110 13.2.1 orders them: a request wrong in itself answers its `4xx` whatever the conditions. A malformed value answers `400`. */
                 "If-Match"?: components["parameters"]["IfMatch"];
                 /** @description Not if the plant is at one of these versions (weak comparison) or, with `*`, exists: then `GET` answers `304` with the ETag and no body, and `PUT` and `DELETE` answer `412` and change nothing. A malformed value answers `400`. */
                 "If-None-Match"?: components["parameters"]["IfNoneMatch"];
@@ -977,7 +977,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Only if the plant is at one of these versions: ETags as `GET` answers them (`"42"`, a list separated by commas; weak ones never match), or `*` for any existing plant. Otherwise `412`, and nothing changes; a missing plant is `404`, whatever the conditions. Evaluated before `If-None-Match`. A malformed value answers `400`. */
+                /** @description Only if the plant is at one of these versions: ETags as `GET` answers them (`"42"`, a list separated by commas; weak ones never match), or `*` for any existing plant. Otherwise `412`, and nothing changes; a missing plant is `404`, whatever the conditions. Evaluated before `If-None-Match`, and after the request's own checks (token, scope, id, body), as RFC 9110 13.2.1 orders them: a request wrong in itself answers its `4xx` whatever the conditions. A malformed value answers `400`. */
                 "If-Match"?: components["parameters"]["IfMatch"];
                 /** @description Not if the plant is at one of these versions (weak comparison) or, with `*`, exists: then `GET` answers `304` with the ETag and no body, and `PUT` and `DELETE` answer `412` and change nothing. A malformed value answers `400`. */
                 "If-None-Match"?: components["parameters"]["IfNoneMatch"];
@@ -1021,7 +1021,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Only if the plant is at one of these versions: ETags as `GET` answers them (`"42"`, a list separated by commas; weak ones never match), or `*` for any existing plant. Otherwise `412`, and nothing changes; a missing plant is `404`, whatever the conditions. Evaluated before `If-None-Match`. A malformed value answers `400`. */
+                /** @description Only if the plant is at one of these versions: ETags as `GET` answers them (`"42"`, a list separated by commas; weak ones never match), or `*` for any existing plant. Otherwise `412`, and nothing changes; a missing plant is `404`, whatever the conditions. Evaluated before `If-None-Match`, and after the request's own checks (token, scope, id, body), as RFC 9110 13.2.1 orders them: a request wrong in itself answers its `4xx` whatever the conditions. A malformed value answers `400`. */
                 "If-Match"?: components["parameters"]["IfMatch"];
                 /** @description Not if the plant is at one of these versions (weak comparison) or, with `*`, exists: then `GET` answers `304` with the ETag and no body, and `PUT` and `DELETE` answer `412` and change nothing. A malformed value answers `400`. */
                 "If-None-Match"?: components["parameters"]["IfNoneMatch"];
