@@ -897,7 +897,7 @@ export interface operations {
                 wait?: number;
             };
             header?: {
-                /** @description Server-Sent Events: the `id` last received, as an EventSource sends it on reconnecting; the stream resumes after it, and it takes precedence over `after`. */
+                /** @description Server-Sent Events: the `id` last received, as an EventSource sends it on reconnecting; the stream resumes after it, and it takes precedence over `after`. An empty one is none (an EventSource whose last id is empty sends none). */
                 "Last-Event-ID"?: components["schemas"]["ChangePosition"];
             };
             path?: never;

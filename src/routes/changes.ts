@@ -20,10 +20,10 @@ async function pageAfter (store: Store, query: { after?: bigint, limit: number, 
   return page
 }
 
-/** The position in a Last-Event-ID header: plain decimal digits, an int64. */
+/** The position in a Last-Event-ID header: plain decimal digits, an int64; none when empty, as an EventSource whose last id is empty sends none. */
 function eventIdOf (header: string | undefined): bigint | undefined {
-  if (header === undefined) return undefined
-  const digits = header.trim()
+  const digits = header?.trim() ?? ''
+  if (digits === '') return undefined
   // Plain decimal, one way, as every number in a query: no leading zeros.
   if (!/^(0|[1-9]\d{0,18})$/.test(digits) || BigInt(digits) > 2n ** 63n - 1n) throw new ApiError('invalidEventId')
   return BigInt(digits)

@@ -50,6 +50,13 @@ for (const store of testStores()) {
       const resumed = await openStream(`${server.url}/plants/changes?after=0`, server.token, { 'last-event-id': '2' })
       t.after(resumed.close)
       assert.deepEqual((await resumed.until(1, isChange)).map(event => event.id), ['3'], 'Last-Event-ID wins over after')
+      // An empty last event id is none (an EventSource whose last id is empty sends no header): `after` decides.
+      for (const empty of ['', ' ']) {
+        const fromAfter = await openStream(`${server.url}/plants/changes?after=1`, server.token, { 'last-event-id': empty })
+        t.after(fromAfter.close)
+        assert.equal(fromAfter.status, 200, `Last-Event-ID ${JSON.stringify(empty)}`)
+        assert.deepEqual((await fromAfter.until(2, isChange)).map(event => event.id), ['2', '3'])
+      }
       for (const id of ['x', '01', '-1', '1.0', '9223372036854775808']) {
         const bad = await openStream(`${server.url}/plants/changes`, server.token, { 'last-event-id': id })
         t.after(bad.close)
