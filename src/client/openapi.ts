@@ -521,7 +521,7 @@ export interface components {
         DeliveryId: bigint;
         /** @description A subscription to create. Unknown fields are refused (`400`): a misspelt `event` must not silently subscribe to the default. */
         NewWebhook: {
-            /** @description Where deliveries are POSTed: an absolute `http` or `https` URL without credentials (not even an empty `:@`), whose host is a DNS name or an IP address. A URL whose host is (or resolves to) a loopback, private, link-local, unique-local, reserved or cloud-metadata address is refused unless the server runs with `WEBHOOKS_ALLOW_PRIVATE=true`. */
+            /** @description Where deliveries are POSTed, kept and shown as written: an absolute `http` or `https` URL written out (`http://` or `https://` then the host; no backslash, percent-encode one), without credentials (not even an empty `:@`), whose host is a DNS name or an IP address. A URL whose host is (or resolves to) a loopback, private, link-local, unique-local, reserved or cloud-metadata address is refused unless the server runs with `WEBHOOKS_ALLOW_PRIVATE=true`. */
             url: string;
             /**
              * @description The kinds of change delivered; `plant.created` when absent.

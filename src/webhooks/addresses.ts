@@ -143,7 +143,7 @@ function isHostName (name: string): boolean {
   return name.length <= MAX_HOST_NAME && labels.every(label => label.length >= 1 && label.length <= 63)
 }
 
-/** Why a subscriber URL is refused at registration (one sentence for a 400 Error body), or undefined when it may be used. Rules: absolute URL, protocol http: or https: only, no username/password (not even empty ones), at most 2048 characters, a host (a valid DNS name, or an IP literal), a port other than 0; if the host is an IP literal (IPv6 in brackets) it must not be forbidden; if it is a name, it is resolved (all addresses, via `resolve`, default dns.lookup with { all: true }) and refused if it does not resolve or any address is forbidden. With allowPrivate the address checks are skipped (the scheme/credential/length rules still apply) and no resolution is done. */
+/** Why a subscriber URL is refused at registration (one sentence for a 400 Error body), or undefined when it may be used. Rules: absolute URL, protocol http: or https: only, no username/password (not even empty ones), written out (`//` then the host, no backslash), at most 2048 characters, a host (a valid DNS name, or an IP literal), a port other than 0; if the host is an IP literal (IPv6 in brackets) it must not be forbidden; if it is a name, it is resolved (all addresses, via `resolve`, default dns.lookup with { all: true }) and refused if it does not resolve or any address is forbidden. With allowPrivate the address checks are skipped (the scheme/credential/length rules still apply) and no resolution is done. */
 export async function refusalOfUrl (text: string, { allowPrivate, resolve = dns.lookup }: { allowPrivate: boolean, resolve?: typeof dns.lookup }): Promise<string | undefined> {
   if (text.length > MAX_URL_LENGTH) return `The URL is longer than ${MAX_URL_LENGTH} characters.`
   // eslint-disable-next-line no-control-regex
@@ -157,6 +157,9 @@ export async function refusalOfUrl (text: string, { allowPrivate, resolve = dns.
   const url = new URL(text)
   if (url.protocol !== 'http:' && url.protocol !== 'https:') return `The URL's scheme is ${url.protocol.slice(0, -1)}; only http and https are taken.`
   if (hasUserInfo(text)) return 'The URL must not carry a user name or password.'
+  // The parser also reads `http:host/`, `http:///host/` and backslashes as slashes: shown back as
+  // written, such a URL would not say where deliveries go.
+  if (!/^https?:\/\/[^/?#]/i.test(text) || text.includes('\\')) return 'The URL must be written out, http:// or https:// then the host, without backslashes (percent-encode one).'
   if (url.hostname === '') return 'The URL has no host.'
   if (literalAddress(url) === undefined && !isHostName(url.hostname)) return `The URL's host is not a valid host name: labels of 1 to 63 characters, ${MAX_HOST_NAME} in all.`
   // Port 0 names no port a receiver listens on: a connection to it would go to the scheme's own.

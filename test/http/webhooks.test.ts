@@ -55,7 +55,7 @@ for (const kind of testStores()) {
 
       for (const body of [{}, { url: 'http://127.0.0.1:9/', event: ['plant.created'] }, { url: 'http://127.0.0.1:9/', events: [] }, { url: 'http://127.0.0.1:9/', events: ['plant.eaten'] },
         { url: 'http://127.0.0.1:9/', events: ['plant.created', 'plant.created'] }, { url: 'ftp://example.com/' }, { url: 'http://user:pw@127.0.0.1:9/' }, { url: 'not a url' }, { url: 'http://127.0.0.1:9/', tag: '' },
-        { url: 'http://127.0.0.1:9/a\u0000b' }, { url: 'http://127.0.0.1:9/a b' }, { url: 'http://127.0.0.1:9/\u007f' }, { url: ' http://127.0.0.1:9/' }]) {
+        { url: 'http://127.0.0.1:9/a\u0000b' }, { url: 'http://127.0.0.1:9/a b' }, { url: 'http://127.0.0.1:9/\u007f' }, { url: ' http://127.0.0.1:9/' }, { url: 'http:127.0.0.1:9/' }, { url: 'http://127.0.0.1:9\\@evil.example/' }]) {
         assert.ok(isErrorBody(await call(server, 'POST', '/webhooks', { body }), 400), JSON.stringify(body))
       }
       const eaten = await call(server, 'POST', '/webhooks', { body: { url: 'http://127.0.0.1:9/', events: ['plant.eaten'] } })

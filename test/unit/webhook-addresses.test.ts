@@ -132,7 +132,13 @@ test('refusalOfUrl: scheme, credentials, length and host rules', async () => {
     ['http://[fe80::1%25eth0]/', /host or port cannot be read/],
     ['http://[::1/', /host or port cannot be read/],
     ['http://hooks.example.com:0/', /port is 0/],
-    ['https://127.0.0.1:00/', /port is 0/]
+    ['https://127.0.0.1:00/', /port is 0/],
+    ['http:hooks.example.com/', /written out/],
+    ['http:/hooks.example.com/', /written out/],
+    ['http:///hooks.example.com/', /written out/],
+    ['https:\\\\hooks.example.com/', /written out/],
+    ['http://hooks.example.com\\@evil.example/', /written out/],
+    ['https://hooks.example.com/?a=\\', /percent-encode/]
   ]
   for (const options of [strict, { allowPrivate: true }]) {
     for (const [url, why] of refusals) {
