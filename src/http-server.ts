@@ -1,5 +1,5 @@
 // The service's node:http server: its timeouts, and the order and bounds of pipelined requests.
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
+import { createServer, ServerResponse, type IncomingMessage, type Server } from 'node:http'
 import type { Socket } from 'node:net'
 import type { FastifyServerFactory } from 'fastify'
 
@@ -11,6 +11,14 @@ const ARRIVAL_CHECK_MS = 100
 
 /** How often the connections are looked at for one on which no byte moves: it closes this long after its limit at most. */
 const STALL_CHECK_MS = 1000
+
+/**
+ * Once the server closes, how long a connection between requests is left open after a byte last
+ * moved on it: a keep-alive client's next request may be on its way, and a connection closed under
+ * it would be reset, the request lost to its client. That request is answered (with `Connection:
+ * close`, as every answer then); a connection quiet this long is closed.
+ */
+const CLOSING_GRACE_MS = 500
 
 /**
  * How long a connection may go without a byte moving either way before it is closed: longer than
@@ -130,14 +138,14 @@ export function httpServer (requestTimeoutMs: number, pipelined = { waiting: 0 }
   }), stalledMs)
 }
 
-/** Keeps `server`'s open connections, closes those that stall, and lets those still writing an answer finish when it closes. */
+/** Keeps `server`'s open connections, closes those that stall, and when it closes, lets those still writing an answer or just used finish. */
 function tendConnections<S extends Server> (server: S, stalledMs: number): S {
   const connections = new Set<Socket>()
   server.on('connection', (socket: Socket) => {
     connections.add(socket)
     socket.once('close', () => connections.delete(socket))
   })
-  return finishAnswersOnClose(closeStalled(server, connections, stalledMs), connections)
+  return closeGently(closeStalled(server, connections, stalledMs), connections)
 }
 
 /**
@@ -154,31 +162,48 @@ function closing (connection: Socket): boolean {
   return connection.destroyed || connection.writableEnded
 }
 
-/** The answer a connection is writing, as Node keeps it on the socket. */
-type Answering = Socket & { _httpMessage?: ServerResponse | null }
+/** The answer a connection is writing, as Node keeps it on the socket (none between requests). */
+type Answering = Socket & { _httpMessage?: ServerResponse | { finished: boolean } | null }
+
+/** Stands for an answer under way on a connection between requests, for one call of Node's closeIdleConnections. */
+const UNDER_WAY = { finished: false }
 
 /**
  * Node's closeIdleConnections (which the server's close calls, and the shutdown every 100 ms),
- * except that a connection whose answer has been ended but not yet written out (a long answer to
- * a client that reads slowly, or one pipelined behind it) is left to finish: Node takes such a
- * connection for idle, as its answer is `finished` once ended, and would destroy it with the
- * answer's last bytes unsent. Once written (its 'finish'), the next call closes it; the shutdown's
- * deadline closes it anyway.
+ * except that it leaves open a connection whose answer has been ended but not yet written out (a
+ * long answer to a client that reads slowly, or one pipelined behind it), and one between requests
+ * on which a byte moved within CLOSING_GRACE_MS (since the first call, for one not seen before).
+ * Node takes both for idle, an answer being `finished` once ended, and would destroy the first with
+ * its answer's last bytes unsent and the second under a request on its way. Once written, or quiet,
+ * a later call closes them; the shutdown's deadline closes them anyway.
  */
-function finishAnswersOnClose<S extends Server> (server: S, connections: ReadonlySet<Answering>): S {
+function closeGently<S extends Server> (server: S, connections: ReadonlySet<Answering & Watched>): S {
   const closeIdle = server.closeIdleConnections.bind(server)
+  const lastMoved = new WeakMap<Socket, { moved: number, at: number }>()
   server.closeIdleConnections = () => {
+    const now = performance.now()
     const writing: ServerResponse[] = []
+    const betweenRequests: Answering[] = []
     for (const socket of connections) {
       const answer = socket._httpMessage
-      if (answer != null && answer.writableEnded && !answer.writableFinished && settable(answer)) writing.push(answer)
+      if (answer instanceof ServerResponse) {
+        if (answer.writableEnded && !answer.writableFinished && settable(answer)) writing.push(answer)
+        continue
+      }
+      const moved = bytesMoved(socket)
+      if (moved === undefined) continue // closing already
+      let last = lastMoved.get(socket)
+      if (last?.moved !== moved) lastMoved.set(socket, last = { moved, at: now })
+      if (now - last.at < CLOSING_GRACE_MS) betweenRequests.push(socket)
     }
     // Node skips a connection whose answer is not `finished`: for this call, these are not.
     for (const answer of writing) answer.finished = false
+    for (const socket of betweenRequests) socket._httpMessage = UNDER_WAY
     try {
       closeIdle()
     } finally {
       for (const answer of writing) answer.finished = true
+      for (const socket of betweenRequests) socket._httpMessage = null
     }
   }
   return server
@@ -192,14 +217,19 @@ function settable (answer: ServerResponse): boolean {
 /** A connection's handle: libuv's counts of the bytes it has read and been handed to write, and of those still queued for the kernel (which Node's own socket timeout reads too). */
 type Watched = Socket & { _handle?: { bytesRead: number, bytesWritten: number, writeQueueSize: number } | null }
 
+/** The bytes that have moved on a connection: those read, and those written that the kernel has taken (libuv takes a large write a piece at a time); undefined once it is closing. */
+function bytesMoved (socket: Watched): number | undefined {
+  const handle = socket._handle
+  return handle == null ? undefined : handle.bytesRead + handle.bytesWritten - handle.writeQueueSize
+}
+
 /**
  * Closes a connection on which no byte has moved either way for `stalledMs` (a client that stops
  * reading its answer would hold the answer's memory for as long as it likes). Node's own socket
  * timeout would do the same, but it makes a new timer for each request and moves it on every read
  * and write, a measurable share of a POST (docs/performance.md); this looks at each connection once
  * every STALL_CHECK_MS while the server listens, and closes one that has not moved in as many looks
- * as `stalledMs` holds: never before `stalledMs`, at most one look after it. Bytes moved: those read,
- * and those written that the kernel has taken (libuv takes a large write a piece at a time).
+ * as `stalledMs` holds (bytesMoved): never before `stalledMs`, at most one look after it.
  */
 function closeStalled<S extends Server> (server: S, connections: ReadonlySet<Watched>, stalledMs: number): S {
   const looks = Math.ceil(stalledMs / STALL_CHECK_MS)
@@ -209,10 +239,8 @@ function closeStalled<S extends Server> (server: S, connections: ReadonlySet<Wat
     for (const socket of connections) {
       let last = watched.get(socket)
       if (last === undefined) watched.set(socket, last = { moved: 0, still: -1 })
-      const handle = socket._handle
-      if (handle == null) continue // closing already
-      // Read, and taken by the kernel: what libuv was handed to write less what it still holds.
-      const moved = handle.bytesRead + handle.bytesWritten - handle.writeQueueSize
+      const moved = bytesMoved(socket)
+      if (moved === undefined) continue // closing already
       if (moved !== last.moved) {
         last.moved = moved
         last.still = 0

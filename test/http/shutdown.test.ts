@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict'
 import { spawn } from 'node:child_process'
 import { once } from 'node:events'
+import { Agent, request } from 'node:http'
 import { existsSync, readdirSync, readlinkSync } from 'node:fs'
 import { connect } from 'node:net'
 import { join } from 'node:path'
@@ -10,6 +11,7 @@ import pg from 'pg'
 import { accepting, alive, call, cli, holdWriteLock, ROOT, startServer, tempDir, testStores } from '../helpers.js'
 import { PG_SKIP, PG_URL, pgSchema } from '../store/postgres-helpers.js'
 import { rawConnection, rawExchange } from '../raw.js'
+import { storedPlants } from '../stored.js'
 
 for (const store of testStores()) {
   describe(store, () => {
@@ -150,6 +152,45 @@ test('SIGTERM while answers are still being written to a client that reads slowe
   // The answer being written at the signal and the one next in line, at least (read before it).
   assert.ok(answers.length >= 2, `${answers.length} answers`)
   assert.equal(await server.exited, 0)
+})
+
+test('SIGTERM under load from keep-alive clients: each request they send is answered, or its new connection refused, never cut; every 200 is stored', { timeout: 60_000 }, async (t) => {
+  const server = await startServer(t)
+  const port = Number(new URL(server.url).port)
+  // 64 clients, each sending its next POST as soon as it has its answer, on connections kept
+  // alive: at any moment some are between an answer and their next request, which the signal may
+  // find on its way.
+  const agent = new Agent({ keepAlive: true, maxSockets: 64 })
+  t.after(() => agent.destroy())
+  const post = async (id: number): Promise<number | string> => await new Promise(resolve => {
+    const body = JSON.stringify({ id, name: 'Under load' })
+    const sent = request({ host: '127.0.0.1', port, method: 'POST', path: '/plants', agent, headers: { authorization: `Bearer ${server.token}`, 'content-type': 'application/json', 'content-length': body.length } }, answer => {
+      answer.resume()
+      answer.once('end', () => resolve(answer.statusCode ?? 0))
+      answer.once('error', (error: NodeJS.ErrnoException) => resolve(error.code ?? error.message))
+    })
+    sent.once('error', (error: NodeJS.ErrnoException) => resolve(error.code ?? error.message))
+    sent.end(body)
+  })
+  const stored: number[] = []
+  const endings: Array<number | string> = []
+  let next = 1
+  const clients = Array.from({ length: 64 }, async () => {
+    for (;;) {
+      const id = next++
+      const outcome = await post(id)
+      if (outcome !== 200) return endings.push(outcome)
+      stored.push(id)
+    }
+  })
+  await sleep(1500)
+  server.process.kill('SIGTERM')
+  assert.equal(await server.exited, 0)
+  await Promise.all(clients)
+  assert.ok(stored.length > 100, `${stored.length} POSTs answered before the stop`)
+  assert.deepEqual(endings.filter(ending => ending !== 'ECONNREFUSED'), [], 'each client ended on a refused connection, none on a cut one')
+  const kept = (await storedPlants(server)).map(plant => Number(plant.id))
+  assert.deepEqual(kept.filter(id => stored.includes(id)).length, stored.length, 'every 200 is stored')
 })
 
 test('a failure answered while the server stops says Connection: close, as a success does then, not keep-alive', async (t) => {
