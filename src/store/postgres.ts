@@ -2,7 +2,6 @@ import pg from 'pg'
 import { StoreUnavailableError } from '../errors.js'
 import { describe } from './describe.js'
 import { commit, duringCommit } from './postgres-commit.js'
-import { cancelStatement } from './postgres-cancel.js'
 import { isHostLost, isQueryTimeout, isUnavailable, isUniqueViolation } from './postgres-errors.js'
 import { databaseHosts, hostOf, sessionRefusal, type DatabaseHosts } from './postgres-hosts.js'
 import { changesPage, createMany, logBounds, pruneChanges, removePlant, replacePlant } from './postgres-changes.js'
@@ -121,12 +120,6 @@ function poolConfig (url: string, limits: PostgresLimits): pg.PoolConfig {
 function newPool (url: string, limits: PostgresLimits): pg.Pool {
   const pool = new pg.Pool(poolConfig(url, limits))
   pool.on('error', () => {}) // the pool removes that connection and opens another when needed
-  // A connection dropped because its statement outlived query_timeout: the session may still be
-  // running it (a COMMIT waiting for an absent synchronous standby); it is cancelled, not left
-  // holding one of the server's connection slots.
-  pool.on('release', (error: Error | undefined, client: pg.PoolClient) => {
-    if (error !== undefined && isQueryTimeout(error)) cancelStatement(client)
-  })
   return pool
 }
 
@@ -186,6 +179,8 @@ export class PostgresStore implements Store {
   private closed = false
   /** Held by each write while it has a connection of the pool, or an autocommit statement under way. */
   private readonly writers: Slots
+  /** The connections taken from the pool for transactions (withClient), until given back. */
+  private readonly checkedOut = new Set<pg.PoolClient>()
 
   readonly rateWindows: RateWindows = {
     sync: (instance, start, since, counts) => this.autocommit(async () => {
@@ -316,6 +311,7 @@ export class PostgresStore implements Store {
   private async withClient<T> (work: (client: pg.PoolClient) => Promise<T>): Promise<T> {
     return await this.writers.hold(async () => {
       const client = await this.pool.connect()
+      this.checkedOut.add(client)
       let broken: Error | undefined
       // A checked-out client has no 'error' listener of the pool's: a connection lost now would
       // emit 'error' to no one, which ends the process. Its queries fail all the same.
@@ -332,6 +328,7 @@ export class PostgresStore implements Store {
         throw error
       } finally {
         client.off('error', lost)
+        this.checkedOut.delete(client)
         client.release(broken)
       }
     })
@@ -477,8 +474,8 @@ export class PostgresStore implements Store {
 
   /**
    * After a failure on `pool`: the host lost starts a search. A statement that got no answer in
-   * time (query_timeout) may be the host gone silent, or only slow (a COMMIT waiting for a
-   * synchronous standby that is away): its search serves operations meanwhile.
+   * time (query_timeout) may be the host gone silent, or only slow: its search serves operations
+   * meanwhile.
    */
   private lost (pool: pg.Pool, error: unknown): void {
     if (isHostLost(error)) this.search(pool, !isQueryTimeout(error))
@@ -526,12 +523,18 @@ export class PostgresStore implements Store {
     try { this.onSearch?.(event) } catch {}
   }
 
-  /** Refuses new calls, lets those under way finish, and closes the pool's connections. */
-  close (): Promise<undefined> {
+  /**
+   * Refuses new calls, lets those under way finish, and closes the pool's connections. A COMMIT
+   * still waiting for a synchronous standby that is away after `withinMs` has its connection
+   * closed under it (never cancelled: postgres-commit.ts), its outcome unknown.
+   */
+  close (withinMs = this.limits.writeTimeoutMs): Promise<undefined> {
     this.closed = true
     this.closing ??= (async () => {
       await this.searching
+      const cut = setTimeout(() => { for (const client of this.checkedOut) client.end().catch(() => {}) }, Math.max(0, withinMs))
       await this.pool.end().catch(() => {})
+      clearTimeout(cut)
       return undefined
     })()
     return this.closing

@@ -147,34 +147,46 @@ test('PostgreSQL: a wait for synchronous replication cancelled is a 503, though 
   assert.deepEqual((await primary.query('SELECT head FROM change_log')).rows, [{ head: '1' }], 'a retry logs nothing')
 })
 
-test('PostgreSQL: writes given up on while their COMMIT waits for an absent synchronous standby leave no session waiting behind them: each is cancelled; reads are served meanwhile', { skip: CLUSTER_SKIP ?? false }, async (t) => {
+test('PostgreSQL: writes whose COMMIT waits for an absent synchronous standby are answered 503 at their deadline and left waiting, never cancelled: none is seen meanwhile (a cancelled wait commits on the primary alone), each lands once the standby is back; reads are served', { skip: CLUSTER_SKIP ?? false, timeout: 60_000 }, async (t) => {
   const primary = await primaryAlone(t)
-  const store = await PostgresStore.open(primary.url) // the default deadline (1.5 s), and query_timeout a second after it
+  const store = await PostgresStore.open(primary.url) // the default deadline (1.5 s), statement_timeout as long, query_timeout a second after it
   t.after(() => store.close())
   await store.create({ id: 1n, name: 'Fern' })
   await primary.query("ALTER SYSTEM SET synchronous_standby_names = 'nobody'")
   await primary.query('SELECT pg_reload_conf()')
   await waitFor(async () => (await primary.query('SHOW synchronous_standby_names')).rows[0].synchronous_standby_names === 'nobody', 'the setting applies')
-
-  // Writes that change nothing (404s) still commit a record the standby must have: each waits.
-  const removing = Promise.allSettled(Array.from({ length: 20 }, (_, n) => store.remove(BigInt(100 + n))))
   const waiting = async (): Promise<number> => (await primary.query("SELECT 1 FROM pg_stat_activity WHERE wait_event = 'SyncRep'")).rowCount ?? 0
-  // The pool holds 10 connections; writes take 8 at most, whatever waits behind them.
+
+  // A change: answered 503 at its deadline, its outcome unknown, and not seen by anyone while the
+  // standby lacks it, well past its statement timeout and query_timeout.
+  await assert.rejects(store.create({ id: 2n, name: 'Ivy' }), (error: Error) => error instanceof StoreUnavailableError && error.reason === 'deadline')
+  await new Promise(resolve => setTimeout(resolve, 3500))
+  assert.equal(await waiting(), 1, 'its COMMIT still waits for the standby')
+  assert.equal(await store.get(2n), undefined, 'a read does not see it')
+  assert.deepEqual((await primary.query('SELECT head FROM change_log')).rows, [{ head: '1' }], 'nor does the log')
+  // Writes that change nothing (404s) still commit a record the standby must have: each waits too,
+  // within the writes' share of the pool (8 of 10), and reads are served meanwhile.
+  const removing = Promise.allSettled(Array.from({ length: 20 }, (_, n) => store.remove(BigInt(100 + n))))
   await waitFor(async () => await waiting() >= 8, 'the writes\' share of the pool waits for the standby')
   assert.deepEqual(await store.get(1n), { plant: { id: 1n, name: 'Fern' }, version: 1n }, 'a read is served while the writes wait')
-  assert.equal(await waiting(), 8, 'the writes hold no more than their share')
   const outcomes = await removing
   assert.ok(outcomes.every(outcome => outcome.status === 'rejected' && outcome.reason instanceof StoreUnavailableError), 'each answered 503 at its deadline')
-  await waitFor(async () => await waiting() === 0, 'no session is left waiting for the standby', 10_000)
-  assert.deepEqual(await store.get(1n), { plant: { id: 1n, name: 'Fern' }, version: 1n }, 'reads are served')
+  assert.equal(await waiting(), 8, 'none cancelled, none more than the share')
+
+  // The standby is back (here: none is asked for): the waiting commits end; the change lands, once.
+  await primary.query("ALTER SYSTEM SET synchronous_standby_names = ''")
+  await primary.query('SELECT pg_reload_conf()')
+  await waitFor(async () => await waiting() === 0, 'the commits end', 10_000)
+  assert.deepEqual(await store.get(2n), { plant: { id: 2n, name: 'Ivy' }, version: 2n })
+  assert.deepEqual(await store.create({ id: 2n, name: 'Ivy' }), { outcome: 'same', version: 2n }, 'the identical retry tells the truth')
+  assert.equal((await store.create({ id: 3n, name: 'Moss' })).outcome, 'created', 'writes go on')
 })
 
-test('PostgreSQL, several hosts: a COMMIT that gets no answer in time, waiting for an absent synchronous standby, starts a look for the host to write to, and operations are served while it runs (the host is slow, not lost)', { skip: CLUSTER_SKIP ?? false }, async (t) => {
+test('PostgreSQL, several hosts: a COMMIT waiting for an absent synchronous standby starts no look for another host; a statement that gets no answer in time (the host silent) does, and operations are served while it runs', { skip: CLUSTER_SKIP ?? false, timeout: 60_000 }, async (t) => {
   const primary = await primaryAlone(t)
-  // Listed first, a host that takes connections and never answers: each look spends the deadline on it.
-  const silent = await startTcpProxy(t, { host: '127.0.0.1', port: primary.port })
-  silent.blackhole()
-  const store = await PostgresStore.open(`postgres://postgres@127.0.0.1:${silent.port},127.0.0.1:${primary.port}/postgres?target_session_attrs=primary`)
+  // The first host is the primary through a proxy that can go silent; the second, the primary itself.
+  const first = await startTcpProxy(t, { host: '127.0.0.1', port: primary.port })
+  const store = await PostgresStore.open(`postgres://postgres@127.0.0.1:${first.port},127.0.0.1:${primary.port}/postgres?target_session_attrs=primary`)
   t.after(() => store.close())
   const searches: string[] = []
   store.onSearch = event => searches.push(Object.keys(event)[0])
@@ -183,13 +195,20 @@ test('PostgreSQL, several hosts: a COMMIT that gets no answer in time, waiting f
   await primary.query('SELECT pg_reload_conf()')
   await waitFor(async () => (await primary.query('SHOW synchronous_standby_names')).rows[0].synchronous_standby_names === 'nobody', 'the setting applies')
 
-  const removing = assert.rejects(store.remove(2n), StoreUnavailableError)
-  await waitFor(async () => searches.length > 0, 'a look for the host, once the COMMIT outlives query_timeout', 10_000)
-  assert.deepEqual(await store.get(1n), { plant: { id: 1n, name: 'Fern' }, version: 1n }, 'a read is served while the look runs')
+  await assert.rejects(store.remove(2n), StoreUnavailableError)
+  await new Promise(resolve => setTimeout(resolve, 3000)) // past query_timeout
+  assert.deepEqual(searches, [], 'a commit that waits is no host lost')
+  assert.deepEqual(await store.get(1n), { plant: { id: 1n, name: 'Fern' }, version: 1n })
+
+  // The first host goes silent: a read gets no answer in time, and the look it starts lets
+  // operations go on meanwhile (told as slow, not lost).
+  first.blackhole()
+  await assert.rejects(store.get(1n), StoreUnavailableError)
+  await waitFor(async () => searches.length > 0, 'a look for the host, once a read outlives query_timeout', 10_000)
   assert.deepEqual(searches, ['slow'], 'told as slow, not lost; the look still runs')
-  await removing
   await waitFor(async () => searches.length === 2, 'the look ends', 10_000)
   assert.deepEqual(searches, ['slow', 'found'])
+  assert.deepEqual(await store.get(1n), { plant: { id: 1n, name: 'Fern' }, version: 1n }, 'served from the second host')
 })
 
 test('PostgreSQL, a synchronous standby away: a server starts on a store that has tokens, and serves reads and /readyz, while writes wait', { skip: CLUSTER_SKIP ?? false }, async (t) => {
@@ -202,7 +221,7 @@ test('PostgreSQL, a synchronous standby away: a server starts on a store that ha
   await waitFor(async () => (await primary.query('SHOW synchronous_standby_names')).rows[0].synchronous_standby_names === 'nobody', 'the setting applies')
 
   // The rate limit on: its counts are shared through the database, by a write that waits too.
-  const server = await startServer(t, { databaseUrl: primary.url, token: first.token, env: { RATE_LIMIT_PER_MINUTE: '60000' } })
+  const server = await startServer(t, { databaseUrl: primary.url, token: first.token, env: { RATE_LIMIT_PER_MINUTE: '60000', SHUTDOWN_TIMEOUT: '3' } })
   await new Promise(resolve => setTimeout(resolve, 2500)) // past the deadline of a write made at the start
   assert.equal(server.process.exitCode, null, `the server is still running: ${server.stderr()}`)
   assert.equal((await call(server, 'GET', '/readyz')).status, 200)
@@ -217,4 +236,10 @@ test('PostgreSQL, a synchronous standby away: a server starts on a store that ha
   assert.ok(read[1] < 1000, `the read answered in ${read[1].toFixed(0)} ms`)
   assert.equal(post[0], 503, 'a write waits for the standby, and is answered 503 at its deadline')
   assert.ok(post[1] < 2000, `the write answered in ${post[1].toFixed(0)} ms`)
+  // Its COMMIT still waits (never cancelled): a stop closes its connection under it, in time.
+  const signalled = performance.now()
+  server.process.kill('SIGTERM')
+  assert.equal(await server.exited, 0)
+  const took = performance.now() - signalled
+  assert.ok(took < 3000, `stopped ${took.toFixed(0)} ms after SIGTERM (SHUTDOWN_TIMEOUT 3 s)`)
 })
