@@ -16,6 +16,8 @@ export interface TcpProxy {
   blackhole: () => void
   /** Forwards again: what a blackhole held goes through, new connections reach the target. */
   restore: () => void
+  /** New connections go to `to` from now on (a virtual IP moved to another host); those open stay where they are. */
+  retarget: (to: { host: string, port: number }) => void
 }
 
 interface Link { client: Socket, upstream?: Socket }
@@ -27,6 +29,7 @@ interface Link { client: Socket, upstream?: Socket }
  */
 export async function startTcpProxy (t: TestContext, target: { host: string, port: number }): Promise<TcpProxy> {
   let mode: 'open' | 'reset' | 'refuse-new' | 'blackhole' = 'open'
+  let to = target
   const links = new Set<Link>()
 
   // Data is forwarded by hand, not piped: pipe() resumes a paused source on 'drain', and a
@@ -38,7 +41,7 @@ export async function startTcpProxy (t: TestContext, target: { host: string, por
     from.on('close', () => to.destroy())
   }
   const open = (link: Link): void => {
-    const upstream = connect(target.port, target.host)
+    const upstream = connect(to.port, to.host)
     link.upstream = upstream
     upstream.on('error', () => link.client.destroy())
     forward(link.client, upstream)
@@ -80,6 +83,7 @@ export async function startTcpProxy (t: TestContext, target: { host: string, por
       links.clear()
     },
     refuseNew: () => { mode = 'refuse-new' },
+    retarget: (next) => { to = next },
     blackhole: () => {
       mode = 'blackhole'
       for (const link of links) for (const socket of sockets(link)) socket.pause()

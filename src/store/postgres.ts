@@ -3,7 +3,7 @@ import { StoreUnavailableError } from '../errors.js'
 import { describe } from './describe.js'
 import { commit, duringCommit } from './postgres-commit.js'
 import { isHostLost, isQueryTimeout, isUnavailable, isUniqueViolation } from './postgres-errors.js'
-import { databaseHosts, hostOf, sessionRefusal, type DatabaseHosts } from './postgres-hosts.js'
+import { databaseHosts, hostOf, sessionRefusal, type DatabaseHosts, type TargetSession } from './postgres-hosts.js'
 import { changesPage, createMany, logBounds, pruneChanges, removePlant, replacePlant } from './postgres-changes.js'
 import { batchedCreates } from './postgres-creates.js'
 import { LIST_SQL, rowToPlant, TYPES, unstorable, type ListRow, type PlantRow } from './postgres-rows.js'
@@ -97,7 +97,7 @@ function connectionConfig (url: string, limits: PostgresLimits): pg.ClientConfig
 }
 
 /** The pool's settings for `url`: its connections' own, plus statement and reply timeouts within the deadline. */
-function poolConfig (url: string, limits: PostgresLimits): pg.PoolConfig {
+function poolConfig (url: string, limits: PostgresLimits, target: TargetSession): pg.PoolConfig {
   return {
     ...connectionConfig(url, limits),
     max: limits.poolSize,
@@ -111,14 +111,25 @@ function poolConfig (url: string, limits: PostgresLimits): pg.PoolConfig {
     idle_in_transaction_session_timeout: limits.writeTimeoutMs,
     query_timeout: limits.writeTimeoutMs + 1000,
     idleTimeoutMillis: 30_000,
-    // COMMIT's warnings must reach us (commit), whatever the role or database set; pg-pool hands the connection out once this is done.
-    onConnect: async (client) => { await client.query('SET client_min_messages TO warning') }
+    // pg-pool hands a new connection out once this is done. COMMIT's warnings must reach us
+    // (commit), whatever the role or database set. And the host must still be one to write to: a
+    // primary demoted while its connections were idle (they end with it) takes new ones as a
+    // standby, and reads there would be stale; refused as a write would be, it starts a search.
+    onConnect: async (client) => {
+      await client.query('SET client_min_messages TO warning')
+      const refusal = await sessionRefusal(client, target)
+      if (refusal !== undefined) throw Object.assign(new Error(`The database host ${hostOf(url)} ${refusal}.`), { code: READ_ONLY_SQL_TRANSACTION })
+    }
   }
 }
 
+/** The SQLSTATE of a write refused by a host that takes none (a standby): a failover under way. */
+const READ_ONLY_SQL_TRANSACTION = '25006'
+
+
 /** A new pool on the host `url` names; an idle connection the server drops emits 'error' on it, which must not end the process. */
-function newPool (url: string, limits: PostgresLimits): pg.Pool {
-  const pool = new pg.Pool(poolConfig(url, limits))
+function newPool (url: string, limits: PostgresLimits, target: TargetSession): pg.Pool {
+  const pool = new pg.Pool(poolConfig(url, limits, target))
   pool.on('error', () => {}) // the pool removes that connection and opens another when needed
   return pool
 }
@@ -217,7 +228,7 @@ export class PostgresStore implements Store {
   private constructor (private readonly hosts: DatabaseHosts, url: string, limits: PostgresLimits) {
     this.limits = limits
     this.url = url
-    this.pool = newPool(url, limits)
+    this.pool = newPool(url, limits, hosts.target)
     this.writers = new Slots(Math.max(1, limits.poolSize - KEPT_FOR_READS), limits.writeTimeoutMs,
       () => new StoreUnavailableError(`No connection was free for a write within ${limits.writeTimeoutMs} ms.`, 'deadline'))
   }
@@ -504,7 +515,7 @@ export class PostgresStore implements Store {
           if (found !== this.url) {
             this.pool.end().catch(() => {}) // not awaited: its connections in use end as their work fails or finishes
             this.url = found
-            this.pool = newPool(found, this.limits)
+            this.pool = newPool(found, this.limits, this.hosts.target)
           }
           this.tell({ found: hostOf(found), ms: Date.now() - started })
           return

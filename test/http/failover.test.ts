@@ -8,6 +8,7 @@ import { test } from 'node:test'
 import { call, startServer, type Server } from '../helpers.js'
 import { CLUSTER_SKIP, primaryAndStandby, waitFor, type Cluster } from '../pg-cluster.js'
 import { startReceiver } from '../receiver.js'
+import { startTcpProxy } from '../tcp-proxy.js'
 
 const WRITERS = 32
 /** The longest the failover may stop writes here, from the kill to the first 200 of a request sent after it: what we measured, with room for a loaded machine. */
@@ -124,4 +125,26 @@ test('the host made read-only and its standby promoted while no write comes: /re
   await waitFor(async () => (await fetch(`${server.url}/readyz`)).status === 200, '/readyz ready on the promoted standby', 10_000)
   assert.equal((await call(server, 'POST', '/plants', { body: { id: 2, name: 'Ivy' } })).status, 200)
   assert.equal((await standby.query<{ n: number }>('SELECT count(*)::int AS n FROM plants')).rows[0].n, 2, 'written to the new primary')
+})
+
+test('the address written to comes back as a standby while no write comes (its connections ended with the primary): no read is served there, stale, and no token it still holds is taken; the service answers 503 until a primary answers at it', { skip: CLUSTER_SKIP ?? false, timeout: 60_000 }, async (t) => {
+  const { primary, standby } = await primaryAndStandby(t, { synchronous: false })
+  // One address (a virtual IP) in front of the primary, and no write of the service's own: no rate limit.
+  const address = await startTcpProxy(t, { host: '127.0.0.1', port: primary.port })
+  const server = await startServer(t, { databaseUrl: `postgres://postgres@127.0.0.1:${address.port}/postgres?target_session_attrs=primary`, env: { RATE_LIMIT_PER_MINUTE: '0' } })
+  assert.equal((await call(server, 'POST', '/plants', { body: { id: 1, name: 'Fern' } })).status, 200)
+  const caughtUp = async (): Promise<boolean> => (await standby.query<{ n: number }>('SELECT count(*)::int AS n FROM plants')).rows[0].n === 1
+  await waitFor(caughtUp, 'the standby has the plant and the token')
+  // The standby falls behind: the primary takes a plant and revokes the service's token.
+  await standby.query('SELECT pg_wal_replay_pause()')
+  await primary.query("INSERT INTO plants (id, name, version) VALUES (2, 'Ivy', 2)")
+  await primary.query('UPDATE tokens SET revoked_at = now()')
+  // The address moves to the standby, and the connections to the primary end, as at a demotion.
+  address.retarget({ host: '127.0.0.1', port: standby.port })
+  address.reset()
+  address.restore()
+  for (const path of ['/plants/2', '/plants/1', '/plants', '/readyz']) {
+    const answer = await call(server, 'GET', path)
+    assert.equal(answer.status, 503, `${path}: ${answer.status} ${answer.text}`)
+  }
 })
