@@ -132,8 +132,10 @@ if (PG_URL === undefined) {
     const { rows } = await adminQuery("SELECT n_tup_ins + n_tup_upd AS writes FROM pg_stat_user_tables WHERE schemaname = $1 AND relname = 'rate_windows'", [schema])
     const writes = Number(rows[0].writes)
     t.diagnostic(`1000 requests in ${seconds.toFixed(1)} s: ${writes} rows written to rate_windows`)
-    // At most one sync an instance every 200 ms (and one to start, and one at a new minute): a request costs none.
-    assert.ok(writes > 0 && writes <= 2 * (seconds * 5 + 2) && writes < 1000 / 5, `${writes} writes`)
+    // At most one sync an instance every 200 ms (and one to start, one at a new minute, and one of
+    // the last counts, while the instance stops: its idle connections are given half a second): a
+    // request costs none.
+    assert.ok(writes > 0 && writes <= 2 * (seconds * 5 + 3) && writes < 1000 / 5, `${writes} writes`)
   })
 }
 
