@@ -2,6 +2,7 @@ import pg from 'pg'
 import { StoreUnavailableError } from '../errors.js'
 import { describe } from './describe.js'
 import { commit, duringCommit } from './postgres-commit.js'
+import { cancelStatement } from './postgres-cancel.js'
 import { isHostLost, isQueryTimeout, isUnavailable, isUniqueViolation } from './postgres-errors.js'
 import { databaseHosts, hostOf, sessionRefusal, type DatabaseHosts, type TargetSession } from './postgres-hosts.js'
 import { changesPage, createMany, logBounds, pruneChanges, removePlant, replacePlant } from './postgres-changes.js'
@@ -126,11 +127,16 @@ function poolConfig (url: string, limits: PostgresLimits, target: TargetSession)
 /** The SQLSTATE of a write refused by a host that takes none (a standby): a failover under way. */
 const READ_ONLY_SQL_TRANSACTION = '25006'
 
-
 /** A new pool on the host `url` names; an idle connection the server drops emits 'error' on it, which must not end the process. */
 function newPool (url: string, limits: PostgresLimits, target: TargetSession): pg.Pool {
   const pool = new pg.Pool(poolConfig(url, limits, target))
   pool.on('error', () => {}) // the pool removes that connection and opens another when needed
+  // A connection dropped because its statement outlived query_timeout: the session may still be
+  // running it (an autocommit write waiting for an absent synchronous standby); it is cancelled,
+  // not left holding one of the server's connection slots.
+  pool.on('release', (error: Error | undefined, client: pg.PoolClient) => {
+    if (error !== undefined && isQueryTimeout(error)) cancelStatement(client)
+  })
   return pool
 }
 

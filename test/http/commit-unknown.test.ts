@@ -182,6 +182,20 @@ test('PostgreSQL: writes whose COMMIT waits for an absent synchronous standby ar
   assert.equal((await store.create({ id: 3n, name: 'Moss' })).outcome, 'created', 'writes go on')
 })
 
+test('PostgreSQL: an autocommit write of the service\'s own bookkeeping (the rate limit\'s counts) waiting for an absent synchronous standby is cancelled once given up on: no session is left waiting, holding a connection slot', { skip: CLUSTER_SKIP ?? false, timeout: 60_000 }, async (t) => {
+  const primary = await primaryAlone(t)
+  const store = await PostgresStore.open(primary.url)
+  t.after(() => store.close())
+  await primary.query("ALTER SYSTEM SET synchronous_standby_names = 'nobody'")
+  await primary.query('SELECT pg_reload_conf()')
+  await waitFor(async () => (await primary.query('SHOW synchronous_standby_names')).rows[0].synchronous_standby_names === 'nobody', 'the setting applies')
+  const waiting = async (): Promise<number> => (await primary.query("SELECT 1 FROM pg_stat_activity WHERE wait_event = 'SyncRep'")).rowCount ?? 0
+  const window = Math.floor(Date.now() / 60_000) * 60_000
+  const syncs = Array.from({ length: 3 }, (_, n) => store.rateWindows.sync(`instance-${n}`, window, window - 60_000, new Map([[n + 1, 1]])))
+  for (const sync of syncs) await assert.rejects(sync, StoreUnavailableError)
+  await waitFor(async () => await waiting() === 0, 'no session left waiting for the standby', 10_000)
+})
+
 test('PostgreSQL, several hosts: a COMMIT waiting for an absent synchronous standby starts no look for another host; a statement that gets no answer in time (the host silent) does, and operations are served while it runs', { skip: CLUSTER_SKIP ?? false, timeout: 60_000 }, async (t) => {
   const primary = await primaryAlone(t)
   // The first host is the primary through a proxy that can go silent; the second, the primary itself.
