@@ -20,6 +20,9 @@ const STALL_CHECK_MS = 1000
  */
 const CLOSING_GRACE_MS = 500
 
+/** How often, once the server closes, the connections left open by closeGently are looked at again. */
+const LOOK_AGAIN_MS = 100
+
 /**
  * How long a connection may go without a byte moving either way before it is closed: longer than
  * a long poll's 60 s (which writes nothing until it answers; a stream writes a comment every 10 s),
@@ -175,11 +178,13 @@ const UNDER_WAY = { finished: false }
  * on which a byte moved within CLOSING_GRACE_MS (since the first call, for one not seen before).
  * Node takes both for idle, an answer being `finished` once ended, and would destroy the first with
  * its answer's last bytes unsent and the second under a request on its way. Once written, or quiet,
- * a later call closes them; the shutdown's deadline closes them anyway.
+ * a later call closes them (while it leaves any open, it makes one itself every LOOK_AGAIN_MS); the
+ * shutdown's deadline closes them anyway.
  */
 function closeGently<S extends Server> (server: S, connections: ReadonlySet<Answering & Watched>): S {
   const closeIdle = server.closeIdleConnections.bind(server)
   const lastMoved = new WeakMap<Socket, { moved: number, at: number }>()
+  let again: NodeJS.Timeout | undefined
   server.closeIdleConnections = () => {
     const now = performance.now()
     const writing: ServerResponse[] = []
@@ -198,12 +203,20 @@ function closeGently<S extends Server> (server: S, connections: ReadonlySet<Answ
     }
     // Node skips a connection whose answer is not `finished`: for this call, these are not.
     for (const answer of writing) answer.finished = false
+    const before = betweenRequests.map(socket => socket._httpMessage)
     for (const socket of betweenRequests) socket._httpMessage = UNDER_WAY
     try {
       closeIdle()
     } finally {
       for (const answer of writing) answer.finished = true
-      for (const socket of betweenRequests) socket._httpMessage = null
+      betweenRequests.forEach((socket, i) => { socket._httpMessage = before[i] })
+    }
+    // Those left open are looked at again, whoever closes the server, until none is.
+    if ((writing.length > 0 || betweenRequests.length > 0) && again === undefined) {
+      again = setTimeout(() => {
+        again = undefined
+        server.closeIdleConnections()
+      }, LOOK_AGAIN_MS).unref()
     }
   }
   return server

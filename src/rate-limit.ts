@@ -17,7 +17,8 @@ const SLICE_SHARE = 1 / 10
  * A sync still under way after this long has its waiting tokens told the other instances' part
  * with a read (RateWindows.others), and they are decided on it, each within its slice. A sync
  * writes, and on PostgreSQL may wait its whole deadline to commit (for a synchronous standby
- * that is away); a request behind it would wait as long, then for its own work.
+ * that is away: then it is given up on and cancelled); a request behind it would wait as long,
+ * then for its own work.
  */
 const PEEK_AFTER_MS = 250
 

@@ -77,7 +77,11 @@ export async function streamChanges ({ request, reply, store, feed, stillAllowed
   // socket's buffers hold is not delivered either; the reader's reconnection gets the 401.
   const stopAsking = askAgainAndAgain(async () => await stillAllowed(request, 'plants:read'), () => {
     why ??= 'token no longer valid'
-    res.socket?.resetAndDestroy()
+    try {
+      res.socket?.resetAndDestroy()
+    } catch {
+      res.destroy() // a connection that cannot be reset (not TCP) is closed
+    }
   })
   try {
     let page = first

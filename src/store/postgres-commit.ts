@@ -7,9 +7,9 @@ import { StoreUnavailableError } from '../errors.js'
  * cancelled (PostgreSQL lifts the statement timeout for it): cancelled, PostgreSQL ends the wait by
  * making the commit visible on the primary alone, and a promotion of that standby then loses a
  * change that readers saw and gives its position to another (SPEC section 9). Left waiting, the
- * commit stays unseen until the standby has it, or is lost with the primary, unseen. A host gone
- * silent meanwhile is found by TCP's keepalive probes (10 s idle, then 10 probes a second apart);
- * a stop closes the connection (the store's close).
+ * commit stays unseen until the standby has it, or is lost with the primary, unseen. Its
+ * connection is closed by a stop (the store's close) or a move to another host (search), which
+ * also bound a wait for a host gone silent under it.
  */
 const COMMIT_REPLY_TIMEOUT_MS = 2 ** 31 - 1
 

@@ -33,9 +33,9 @@ export interface PostgresLimits {
 export const DEFAULT_PG_LIMITS: PostgresLimits = { writesInFlight: 1024, readsPending: 1024, writeTimeoutMs: 1500, poolSize: 10 }
 
 /**
- * Connections of the pool that writes cannot take: a write may wait on the database for its
- * whole deadline (a COMMIT waiting for a synchronous standby that is away), and writes retried
- * meanwhile must not leave reads without a connection.
+ * Connections of the pool that writes cannot take: a write may hold its connection past its
+ * deadline (a COMMIT waiting for a synchronous standby that is away holds it until the standby
+ * answers), and writes retried meanwhile must not leave reads without a connection.
  */
 const KEPT_FOR_READS = 2
 
@@ -124,6 +124,15 @@ function poolConfig (url: string, limits: PostgresLimits, target: TargetSession)
   }
 }
 
+/**
+ * Closes `client`'s connection at once, whatever it waits for (a COMMIT's reply from a host gone
+ * silent, or one waiting for a synchronous standby): its query fails, its outcome unknown. Never a
+ * cancel (postgres-commit.ts). node-postgres has no public way to: its socket is destroyed.
+ */
+function cut (client: pg.PoolClient): void {
+  (client as unknown as { connection: { stream: { destroy: () => void } } }).connection.stream.destroy()
+}
+
 /** The SQLSTATE of a write refused by a host that takes none (a standby): a failover under way. */
 const READ_ONLY_SQL_TRANSACTION = '25006'
 
@@ -196,8 +205,8 @@ export class PostgresStore implements Store {
   private closed = false
   /** Held by each write while it has a connection of the pool, or an autocommit statement under way. */
   private readonly writers: Slots
-  /** The connections taken from the pool for transactions (withClient), until given back. */
-  private readonly checkedOut = new Set<pg.PoolClient>()
+  /** The connections taken for transactions (withClient), until given back, by the pool each came from. */
+  private readonly checkedOut = new Map<pg.PoolClient, pg.Pool>()
 
   readonly rateWindows: RateWindows = {
     sync: (instance, start, since, counts) => this.autocommit(async () => {
@@ -327,8 +336,9 @@ export class PostgresStore implements Store {
    */
   private async withClient<T> (work: (client: pg.PoolClient) => Promise<T>): Promise<T> {
     return await this.writers.hold(async () => {
-      const client = await this.pool.connect()
-      this.checkedOut.add(client)
+      const pool = this.pool
+      const client = await pool.connect()
+      this.checkedOut.set(client, pool)
       let broken: Error | undefined
       // A checked-out client has no 'error' listener of the pool's: a connection lost now would
       // emit 'error' to no one, which ends the process. Its queries fail all the same.
@@ -519,7 +529,12 @@ export class PostgresStore implements Store {
           const found = await findHost(this.hosts, this.limits)
           // The same host (a connection lost, the host still the one): the pool stays, only its failed connections went.
           if (found !== this.url) {
-            this.pool.end().catch(() => {}) // not awaited: its connections in use end as their work fails or finishes
+            // Not awaited: its connections in use end as their work fails or finishes. Those of
+            // transactions still under way a reply timeout later are cut: a COMMIT there would wait
+            // for a host gone silent as long as TCP retransmits (about 15 minutes), holding its slot.
+            const old = this.pool
+            old.end().catch(() => {})
+            setTimeout(() => { for (const [client, pool] of this.checkedOut) if (pool === old) cut(client) }, this.limits.writeTimeoutMs + 1000).unref()
             this.url = found
             this.pool = newPool(found, this.limits, this.hosts.target)
           }
@@ -548,10 +563,10 @@ export class PostgresStore implements Store {
   close (withinMs = this.limits.writeTimeoutMs): Promise<undefined> {
     this.closed = true
     this.closing ??= (async () => {
+      const late = setTimeout(() => { for (const client of this.checkedOut.keys()) cut(client) }, Math.max(0, withinMs))
       await this.searching
-      const cut = setTimeout(() => { for (const client of this.checkedOut) client.end().catch(() => {}) }, Math.max(0, withinMs))
       await this.pool.end().catch(() => {})
-      clearTimeout(cut)
+      clearTimeout(late)
       return undefined
     })()
     return this.closing
