@@ -20,16 +20,23 @@ const COMMIT = Buffer.concat([Buffer.from('Q'), Buffer.from([0, 0, 0, 11]), Buff
  * proxy) that, once armed, cuts the connection that sends the next COMMIT after
  * a statement holding `marker` (the request's own transaction, not one of the server's own, such as
  * the prune of old webhook deliveries): after passing it on (`after`: the server commits, the answer is lost)
- * or instead of it (`before`: nothing is committed).
+ * or instead of it (`before`: nothing is committed). Or, `silence`, passes it on and from then on
+ * forwards nothing on any connection, new ones included, and closes none: a host gone silent.
  */
-async function commitCutter (t: TestContext, database: string): Promise<{ url: string, arm: (when: 'before' | 'after', marker: string) => void, cuts: () => number }> {
+async function commitCutter (t: TestContext, database: string): Promise<{ url: string, arm: (when: 'before' | 'after' | 'silence', marker: string) => void, cuts: () => number }> {
   const target = new URL(database)
   const upstream = { host: target.hostname, port: Number(target.port === '' ? 5432 : target.port) }
-  let armed: { when: 'before' | 'after', marker: Buffer } | undefined
+  let armed: { when: 'before' | 'after' | 'silence', marker: Buffer } | undefined
   let cuts = 0
+  let silent = false
+  const links = new Set<{ client: Socket, server: Socket }>()
   const sockets = new Set<Socket>()
   const server = createServer(client => {
+    sockets.add(client)
+    client.on('error', () => {})
+    if (silent) return // accepted, never answered
     const server = connect(upstream.port, upstream.host)
+    links.add({ client, server })
     for (const socket of [client, server]) {
       sockets.add(socket)
       socket.on('error', () => {})
@@ -40,9 +47,16 @@ async function commitCutter (t: TestContext, database: string): Promise<{ url: s
     client.on('data', (chunk: Buffer) => {
       const arming = armed
       if (arming !== undefined && chunk.includes(arming.marker)) marked = true
+      if (silent) return
       if (arming !== undefined && marked && chunk.includes(COMMIT)) {
         armed = undefined
         cuts++
+        if (arming.when === 'silence') {
+          server.write(chunk)
+          silent = true
+          for (const link of links) link.server.unpipe(link.client)
+          return
+        }
         if (arming.when === 'after') server.write(chunk)
         server.unpipe(client) // the answer never arrives
         setTimeout(() => { client.destroy(); server.destroy() }, 200)
@@ -223,6 +237,25 @@ test('PostgreSQL, several hosts: a COMMIT waiting for an absent synchronous stan
   await waitFor(async () => searches.length === 2, 'the look ends', 10_000)
   assert.deepEqual(searches, ['slow', 'found'])
   assert.deepEqual(await store.get(1n), { plant: { id: 1n, name: 'Fern' }, version: 1n }, 'served from the second host')
+})
+
+test('PostgreSQL, several hosts: a COMMIT whose host goes silent under it holds its write slot only until a reply timeout after the store has moved to the other host', { skip: PG_URL === undefined ? PG_SKIP : false, timeout: 60_000 }, async (t) => {
+  const { url } = await pgSchema(t)
+  const cutter = await commitCutter(t, url)
+  const target = new URL(url)
+  // The first host is the database through the proxy, the second the database itself.
+  const store = await PostgresStore.open(`${url.replace(target.host, `${new URL(cutter.url).host},${target.host}`)}&target_session_attrs=read-write`, { poolSize: 3 }) // one connection for writes
+  t.after(() => store.close())
+  const searches: string[] = []
+  store.onSearch = event => searches.push(Object.keys(event)[0])
+  cutter.arm('silence', 'Fern')
+  await assert.rejects(store.create({ id: 1n, name: 'Fern' }), StoreUnavailableError) // its COMMIT sent, never answered
+  // The first host is silent now: a read gets no answer in time, and the store moves to the second.
+  await assert.rejects(store.get(1n), StoreUnavailableError)
+  await waitFor(async () => searches.includes('found'), 'the store moves to the second host', 15_000)
+  // The one write slot is the silent COMMIT's until it is cut: then writes are served again.
+  await waitFor(async () => await store.create({ id: 2n, name: 'Ivy' }).then(() => true, () => false), 'a write is served on the second host', 15_000)
+  assert.deepEqual(await store.get(1n), { plant: { id: 1n, name: 'Fern' }, version: 1n }, 'the silent COMMIT had committed')
 })
 
 test('PostgreSQL, a synchronous standby away: a server starts on a store that has tokens, and serves reads and /readyz, while writes wait', { skip: CLUSTER_SKIP ?? false }, async (t) => {
