@@ -21,7 +21,7 @@ export function instrumentStore (store: Store, metrics: Metrics): Store {
   const { state } = metrics
   // Passed through untimed: the bulk transfers, the rate limit's shared counts and the webhooks' work are not requests' store calls.
   const instrumented = {
-    close: () => store.close(),
+    close: (withinMs) => store.close(withinMs),
     exportPlants: () => store.exportPlants(),
     importPlants: (source, options) => store.importPlants(source, options),
     rateWindows: store.rateWindows,

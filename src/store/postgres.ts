@@ -97,6 +97,9 @@ function connectionConfig (url: string, limits: PostgresLimits): pg.ClientConfig
   }
 }
 
+/** How long a statement's reply is waited for (node-postgres's query_timeout): a second past the deadline, so that PostgreSQL's own statement timeout comes first. */
+const replyTimeoutMs = (limits: PostgresLimits): number => limits.writeTimeoutMs + 1000
+
 /** The pool's settings for `url`: its connections' own, plus statement and reply timeouts within the deadline. */
 function poolConfig (url: string, limits: PostgresLimits, target: TargetSession): pg.PoolConfig {
   return {
@@ -110,7 +113,7 @@ function poolConfig (url: string, limits: PostgresLimits, target: TargetSession)
     // A session that stops mid-transaction (its client gone silent) must not hold the change
     // log's head, which every plant write waits for, until TCP notices: PostgreSQL ends it.
     idle_in_transaction_session_timeout: limits.writeTimeoutMs,
-    query_timeout: limits.writeTimeoutMs + 1000,
+    query_timeout: replyTimeoutMs(limits),
     idleTimeoutMillis: 30_000,
     // pg-pool hands a new connection out once this is done. COMMIT's warnings must reach us
     // (commit), whatever the role or database set. And the host must still be one to write to: a
@@ -534,7 +537,7 @@ export class PostgresStore implements Store {
             // for a host gone silent as long as TCP retransmits (about 15 minutes), holding its slot.
             const old = this.pool
             old.end().catch(() => {})
-            setTimeout(() => { for (const [client, pool] of this.checkedOut) if (pool === old) cut(client) }, this.limits.writeTimeoutMs + 1000).unref()
+            setTimeout(() => { this.cutTransactions(old) }, replyTimeoutMs(this.limits)).unref()
             this.url = found
             this.pool = newPool(found, this.limits, this.hosts.target)
           }
@@ -550,6 +553,11 @@ export class PostgresStore implements Store {
     })
   }
 
+  /** Cuts the connections of the transactions still under way (on `pool`, if given): their outcome unknown, never cancelled. */
+  private cutTransactions (pool?: pg.Pool): void {
+    for (const [client, from] of this.checkedOut) if (pool === undefined || from === pool) cut(client)
+  }
+
   /** Tells onSearch, whose failures are not the store's. */
   private tell (event: Parameters<NonNullable<PostgresStore['onSearch']>>[0]): void {
     try { this.onSearch?.(event) } catch {}
@@ -563,7 +571,7 @@ export class PostgresStore implements Store {
   close (withinMs = this.limits.writeTimeoutMs): Promise<undefined> {
     this.closed = true
     this.closing ??= (async () => {
-      const late = setTimeout(() => { for (const client of this.checkedOut.keys()) cut(client) }, Math.max(0, withinMs))
+      const late = setTimeout(() => { this.cutTransactions() }, Math.max(0, withinMs))
       await this.searching
       await this.pool.end().catch(() => {})
       clearTimeout(late)
